@@ -1,0 +1,186 @@
+"""Rank-side entry point: ``python -m instrument.bootstrap SCRIPT [ARGS...]``.
+
+Runs an unmodified training script as ``__main__`` with the tracer active. The launcher (ours,
+or torchrun / mpirun / srun / horovodrun) starts one of these per rank; all configuration
+comes from the environment, so any launcher that passes the environment through works:
+
+- ``DLTRACE_RUN_DIR``: the run directory (shared by all ranks; on several nodes it must be on
+  a shared file system). Required.
+- ``DLTRACE_CLOCK_SERVER``: ``host:port`` of the reference clock; without it, rank 0 serves
+  its own clock and publishes the address in the run directory.
+- ``DLTRACE_BUFFER_EVENTS``, ``DLTRACE_FLUSH_INTERVAL_S``: buffer size and periodic flush.
+- rank and size: ``RANK``/``WORLD_SIZE`` (torchrun and our launcher), or Open MPI, PMI, Slurm
+  and Horovod's variables.
+
+The rank's end is recorded whatever happens: normal exit, an exception (recorded, then
+re-raised so the exit status and traceback are the script's own), SIGTERM (flushed, then the
+process dies of the signal) or SIGINT.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import runpy
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType, ModuleType
+
+from instrument import recorder
+from instrument.clock import ClockServer, parse_address
+from instrument.hooks.importer import PostImportHooks
+from instrument.tracer import DEFAULT_CAPACITY, DEFAULT_FLUSH_INTERVAL_S, Tracer
+
+_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "HOROVOD_RANK")
+_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "HOROVOD_SIZE")
+_LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "HOROVOD_LOCAL_RANK")
+CLOCK_FILE = "clock-server"
+
+
+class BootstrapError(Exception):
+    """The rank's environment does not say where or who it is."""
+
+
+def _first_int(env: dict[str, str], names: tuple[str, ...]) -> int | None:
+    for name in names:
+        value = env.get(name)
+        if value is not None and value.strip().lstrip("-").isdigit():
+            return int(value)
+    return None
+
+
+def rank_from_env(env: dict[str, str]) -> tuple[int, int, int | None]:
+    """(rank, world size, local rank) from whichever launcher's variables are present."""
+    rank = _first_int(env, _RANK_VARS)
+    size = _first_int(env, _SIZE_VARS)
+    if rank is None or size is None:
+        raise BootstrapError(
+            "cannot tell this process's rank: none of "
+            + ", ".join(_RANK_VARS)
+            + " is set. Start ranks with `instrument run` or a launcher that sets them "
+            "(torchrun, mpirun, srun, horovodrun)."
+        )
+    return rank, size, _first_int(env, _LOCAL_RANK_VARS)
+
+
+def _clock_server(rank: int, run_dir: Path, env: dict[str, str]) -> tuple[str, int] | None:
+    """The reference clock's address; rank 0 serves one when the launcher does not."""
+    if env.get("DLTRACE_CLOCK_SERVER"):
+        return parse_address(env["DLTRACE_CLOCK_SERVER"])
+    path = run_dir / CLOCK_FILE
+    if rank == 0:
+        server = ClockServer().start()
+        host = env.get("MASTER_ADDR") or os.uname().nodename
+        tmp = path.with_name(CLOCK_FILE + ".tmp")
+        tmp.write_text(f"{host}:{server.port}")
+        os.replace(tmp, path)
+        return ("127.0.0.1", server.port)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            return parse_address(path.read_text().strip())
+        except (OSError, ValueError):
+            time.sleep(0.05)
+    return None
+
+
+def make_tracer(env: dict[str, str]) -> Tracer:
+    run_dir = env.get("DLTRACE_RUN_DIR")
+    if not run_dir:
+        raise BootstrapError("DLTRACE_RUN_DIR is not set; start ranks with `instrument run`.")
+    rank, size, local_rank = rank_from_env(env)
+    path = Path(run_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    interval = float(env.get("DLTRACE_FLUSH_INTERVAL_S", DEFAULT_FLUSH_INTERVAL_S))
+    return Tracer(
+        rank,
+        size,
+        path,
+        capacity=int(env.get("DLTRACE_BUFFER_EVENTS", DEFAULT_CAPACITY)),
+        flush_interval_s=interval if interval > 0 else None,
+        clock_server=_clock_server(rank, path, env),
+        local_rank=local_rank,
+    )
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in ("torch", "tensorflow", "horovod", "numpy", "mpi4py"):
+        module = sys.modules.get(name)
+        if module is not None:
+            out[name] = str(getattr(module, "__version__", "?"))
+    return out
+
+
+def install_hooks(rec: recorder.Recorder) -> PostImportHooks:
+    """Attach framework hooks as the script imports the frameworks."""
+    hooks = PostImportHooks()
+
+    def on_torch(torch: ModuleType) -> None:
+        from instrument.hooks import torch_ddp
+
+        torch_ddp.install(rec, torch)
+
+    hooks.on("torch", on_torch)
+    return hooks
+
+
+def _finish(tracer: Tracer, status: str, detail: str | None = None) -> None:
+    tracer.set_meta("versions", _versions())
+    tracer.finalize(status, detail)
+
+
+def run(script: str, args: list[str]) -> None:
+    """Run ``script`` with ``args`` as ``__main__`` under a tracer from the environment."""
+    try:
+        tracer = make_tracer(dict(os.environ))
+    except BootstrapError as e:
+        print(f"dltrace: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    recorder.install(tracer)
+    tracer.sync_clock("start")
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        _finish(tracer, "signal", signal.Signals(signum).name)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+    signal.signal(signal.SIGTERM, on_term)
+
+    # A forked child (DataLoader workers) must not write into this rank's spill file.
+    os.register_at_fork(after_in_child=lambda: recorder.install(None))
+    atexit.register(lambda: recorder.current() is tracer and _finish(tracer, "ok"))
+    install_hooks(tracer)
+
+    sys.argv = [script, *args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    try:
+        runpy.run_path(script, run_name="__main__")
+    except KeyboardInterrupt:
+        _finish(tracer, "signal", "SIGINT")
+        raise
+    except SystemExit as e:
+        code = e.code
+        if code in (None, 0):
+            _finish(tracer, "ok")
+        else:
+            _finish(tracer, "exit", f"exit status {code}")
+        raise
+    except BaseException as e:
+        _finish(tracer, "exception", f"{type(e).__name__}: {e}"[:500])
+        raise
+    _finish(tracer, "ok")
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print("usage: python -m instrument.bootstrap SCRIPT [ARGS...]", file=sys.stderr)
+        raise SystemExit(2)
+    run(argv[0], argv[1:])
+
+
+if __name__ == "__main__":
+    main()

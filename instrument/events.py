@@ -1,0 +1,122 @@
+"""The tracer's event records: one fixed-size binary layout shared by the in-memory buffer,
+the per-rank spill files and the merge step.
+
+A record is 48 bytes. Times are integer nanoseconds of the rank's host clock
+(CLOCK_MONOTONIC, or a device clock converted to it). What the other fields mean depends on
+the record kind:
+
+- ``ENTER`` / ``LEAVE``: ``region`` entered or left on thread-location ``loc``.
+- ``COLL_END``: the collective that the innermost open region on ``loc`` performs; written just
+  before that region's ``LEAVE`` (``comm``, ``op``, ``root``, ``bytes_sent``, ``bytes_recv``).
+  The merge writes it as an OTF2 MpiCollectiveBegin at the region's enter time and an
+  MpiCollectiveEnd at this record's time.
+- ``ASYNC_COLL``: a whole asynchronous collective (issued at ``time``, completed at ``aux``),
+  recorded when it completes, possibly from another thread. The merge places these on
+  per-rank communication lanes (extra OTF2 locations), because several can be in flight.
+- ``STEP_DISCARD``: the step region whose index is ``aux`` ended without an optimizer step
+  (evaluation or shutdown after the last step); the merge writes it as a ``dltrace.tail``
+  region instead of a step.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum, StrEnum
+
+import numpy as np
+
+EVENT_DTYPE = np.dtype(
+    [
+        ("time", "<i8"),
+        ("aux", "<i8"),
+        ("bytes_sent", "<u8"),
+        ("bytes_recv", "<u8"),
+        ("region", "<u4"),
+        ("comm", "<i4"),
+        ("root", "<i4"),
+        ("loc", "<u2"),
+        ("kind", "u1"),
+        ("op", "u1"),
+    ]
+)
+assert EVENT_DTYPE.itemsize == 48
+
+# ``loc`` of ASYNC_COLL records: they are not on a thread; the merge assigns lanes.
+NO_LOC = 0xFFFF
+
+# Record fields in the order the tracer passes them to the buffer.
+FIELDS = EVENT_DTYPE.names
+
+
+class Kind(IntEnum):
+    ENTER = 1
+    LEAVE = 2
+    COLL_END = 3
+    ASYNC_COLL = 4
+    STEP_DISCARD = 5
+    # Only in the merge's normalized per-location streams handed to the OTF2 writer: the
+    # begin of the collective that the enclosing region performs, at the region's enter time.
+    COLL_BEGIN = 6
+
+
+class Op(IntEnum):
+    """Collective operations; the numbers are our own, names match OTF2's CollectiveOp."""
+
+    NONE = 0
+    BARRIER = 1
+    BCAST = 2
+    GATHER = 3
+    SCATTER = 4
+    ALLGATHER = 5
+    ALLTOALL = 6
+    REDUCE = 7
+    ALLREDUCE = 8
+    REDUCE_SCATTER = 9
+    SEND = 10
+    RECV = 11
+
+
+class Role(StrEnum):
+    """What a region is, as the tracer knows it. Written to OTF2 as a region role."""
+
+    FUNCTION = "function"  # user regions and markers
+    COLL_ALL2ALL = "coll_all2all"
+    COLL_ONE2ALL = "coll_one2all"
+    COLL_ALL2ONE = "coll_all2one"
+    BARRIER = "barrier"
+    POINT2POINT = "point2point"
+    WAIT = "wait"  # the main thread blocks on asynchronous communication
+    ARTIFICIAL = "artificial"  # tracer overhead (spill writes, clock sync)
+
+
+ROLE_OF_OP = {
+    Op.BARRIER: Role.BARRIER,
+    Op.BCAST: Role.COLL_ONE2ALL,
+    Op.SCATTER: Role.COLL_ONE2ALL,
+    Op.GATHER: Role.COLL_ALL2ONE,
+    Op.REDUCE: Role.COLL_ALL2ONE,
+    Op.ALLGATHER: Role.COLL_ALL2ALL,
+    Op.ALLTOALL: Role.COLL_ALL2ALL,
+    Op.ALLREDUCE: Role.COLL_ALL2ALL,
+    Op.REDUCE_SCATTER: Role.COLL_ALL2ALL,
+    Op.SEND: Role.POINT2POINT,
+    Op.RECV: Role.POINT2POINT,
+}
+
+NO_ROOT = -1
+NO_COMM = -1
+
+# Names of the regions the built-in markers write. The analyzer recognises them (also with
+# Score-P's "user:" prefix, which the Score-P backend's user regions carry).
+STEP = "dltrace.step"
+TAIL = "dltrace.tail"
+FORWARD = "dltrace.forward"
+BACKWARD = "dltrace.backward"
+OPTIMIZER = "dltrace.optimizer"
+DATALOADER = "dltrace.dataloader"
+TRACER_FLUSH = "dltrace.flush"
+CLOCK_SYNC = "dltrace.clock_sync"
+
+
+def empty(n: int) -> np.ndarray:
+    """A zeroed record array of length ``n``."""
+    return np.zeros(n, dtype=EVENT_DTYPE)

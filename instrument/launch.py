@@ -1,0 +1,353 @@
+"""``instrument run``: start the ranks, watch them, merge their traces.
+
+The local launcher starts N ranks on this machine with the environment torchrun gives
+(``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``
+on a free port). Each rank runs ``python -m instrument.bootstrap SCRIPT ARGS`` (or the plain
+script with ``--tracer none``), in its own session so that signals reach it only through us.
+
+- Output: every line a rank prints is prefixed with ``[rank N]``.
+- Failure: when a rank exits non-zero, the others get ``grace_s`` seconds to notice (their
+  collectives usually fail at once when a peer's connections close), then SIGTERM, then
+  SIGKILL. The exit status is non-zero and the message names the failed ranks.
+- Signals: SIGINT or SIGTERM to the launcher is forwarded to all ranks, which flush their
+  traces; a second SIGINT kills them at once (their spill files stay).
+- Afterwards the per-rank files are merged into ``traces.otf2`` and ``run.json`` is written.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from instrument import merge, rank_env, rundir, runinfo
+from instrument.clock import ClockServer
+from instrument.errors import UsageError
+from instrument.otf2_writer import write_archive
+
+TRACERS = ("builtin", "none")
+LAUNCHERS = ("local", "torchrun")
+
+
+@dataclass
+class LaunchConfig:
+    script: str
+    args: list[str] = field(default_factory=list)
+    nprocs: int = 1
+    name: str | None = None
+    out: Path = Path("traces")
+    tracer: str = "builtin"
+    launcher: str = "local"
+    grace_s: float = 10.0
+    env: dict[str, str] = field(default_factory=dict)
+    command_line: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LaunchResult:
+    run_dir: Path
+    exit_status: int
+    rank_exit: dict[int, int | None]
+    failed_ranks: list[int]
+    interrupted: str | None
+    merge: merge.MergeResult | None
+    archive: Path | None
+    message: str
+
+
+def rank_command(config: LaunchConfig) -> list[str]:
+    """The command each rank runs (the launcher decides how it is started)."""
+    if config.tracer == "none":
+        return [sys.executable, config.script, *config.args]
+    return [sys.executable, "-m", "instrument.bootstrap", config.script, *config.args]
+
+
+def launcher_command(config: LaunchConfig, port: int) -> list[str] | None:
+    """For external launchers, the launcher's own command line (None for the local one)."""
+    if config.launcher == "local":
+        return None
+    if config.launcher == "torchrun":
+        inner = rank_command(config)[1:]  # torchrun starts the Python interpreter itself
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(config.nprocs),
+                "--master-addr", "127.0.0.1", "--master-port", str(port), *inner]
+    raise UsageError(f"unknown launcher {config.launcher!r}; choose one of {', '.join(LAUNCHERS)}.")
+
+
+class _Output:
+    """Copies a child's output to ours, one prefixed line at a time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.threads: list[threading.Thread] = []
+
+    def pump(self, stream: IO[bytes], sink: Any, prefix: str) -> None:
+        tag = prefix.encode()
+
+        def run() -> None:
+            for line in iter(stream.readline, b""):
+                with self._lock:
+                    sink.buffer.write(tag + line if line.endswith(b"\n") else tag + line + b"\n")
+                    sink.flush()
+            stream.close()
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def join(self) -> None:
+        for t in self.threads:
+            t.join(timeout=5)
+
+
+class _Signals:
+    """Forwards SIGINT/SIGTERM to the ranks; a second SIGINT kills them."""
+
+    def __init__(self, forward: Callable[[int], None], kill: Callable[[], None]):
+        self.received: str | None = None
+        self._forward, self._kill = forward, kill
+        self._old: dict[int, Any] = {}
+
+    def __enter__(self) -> _Signals:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if self.received is not None and signum == signal.SIGINT:
+            print("dltrace: second interrupt: killing all ranks now", file=sys.stderr, flush=True)
+            self._kill()
+            return
+        self.received = self.received or name
+        print(f"dltrace: {name}: stopping all ranks (they flush their traces)", file=sys.stderr, flush=True)
+        self._forward(signum)
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def run(config: LaunchConfig) -> LaunchResult:
+    """Launch, wait, merge. Raises :class:`UsageError` for problems before any rank starts."""
+    if not Path(config.script).is_file():
+        raise UsageError(f"training script not found: {config.script}")
+    if config.nprocs < 1:
+        raise UsageError("-np must be at least 1")
+    if config.tracer not in TRACERS:
+        raise UsageError(f"unknown tracer {config.tracer!r}; choose one of {', '.join(TRACERS)}.")
+    providers = [cls() for cls in rank_env.PROVIDERS]
+    torchrun = next(p for p in providers if isinstance(p, rank_env.TorchrunEnv))
+    for provider in providers:
+        provider.start(config.nprocs)
+    outer = launcher_command(config, torchrun.port)  # validates the launcher first
+    run_dir = rundir.create(config.out, config.name).resolve()
+
+    clock = ClockServer(host="127.0.0.1").start() if config.tracer == "builtin" else None
+    base = dict(os.environ)
+    base.update(config.env)
+    base["DLTRACE_RUN_DIR"] = str(run_dir)
+    base["DLTRACE_TRACER"] = config.tracer
+    if clock is not None:
+        base["DLTRACE_CLOCK_SERVER"] = f"127.0.0.1:{clock.port}"
+
+    info: dict[str, Any] = {
+        "name": run_dir.name,
+        "command": config.command_line,
+        "script": config.script,
+        "script_args": config.args,
+        "params": runinfo.params_from_args(config.args),
+        "ranks": config.nprocs,
+        "launcher": config.launcher,
+        "tracer": config.tracer,
+        "host": socket.gethostname(),
+        "start": runinfo.now_iso(),
+        "end": None,
+        "status": "running",
+    }
+    runinfo.write(run_dir, info)
+
+    output = _Output()
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    if outer is None:
+        for rank in range(config.nprocs):
+            env = dict(base, PYTHONUNBUFFERED="1")
+            for provider in providers:
+                env.update(provider.env(rank, config.nprocs))
+            procs[rank] = subprocess.Popen(
+                rank_command(config), env=env,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            )
+            output.pump(procs[rank].stdout, sys.stdout, f"[rank {rank}] ")  # type: ignore[arg-type]
+            output.pump(procs[rank].stderr, sys.stderr, f"[rank {rank}] ")  # type: ignore[arg-type]
+    else:
+        env = dict(base, PYTHONUNBUFFERED="1")
+        procs[-1] = subprocess.Popen(outer, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+        output.pump(procs[-1].stdout, sys.stdout, f"[{config.launcher}] ")  # type: ignore[arg-type]
+        output.pump(procs[-1].stderr, sys.stderr, f"[{config.launcher}] ")  # type: ignore[arg-type]
+
+    def forward(signum: int) -> None:
+        for p in procs.values():
+            _signal_group(p, signum)
+
+    def kill() -> None:
+        forward(signal.SIGKILL)
+
+    first_failure: float | None = None
+    terminated_at: float | None = None
+    with _Signals(forward, kill) as signals:
+        while any(p.poll() is None for p in procs.values()):
+            time.sleep(0.05)
+            codes = {r: p.poll() for r, p in procs.items()}
+            if first_failure is None and any(c not in (None, 0) for c in codes.values()):
+                first_failure = time.monotonic()
+            now = time.monotonic()
+            if first_failure is not None and terminated_at is None and now - first_failure > config.grace_s:
+                forward(signal.SIGTERM)
+                terminated_at = now
+            if terminated_at is not None and now - terminated_at > config.grace_s:
+                kill()
+        interrupted = signals.received
+    output.join()
+    if clock is not None:
+        clock.stop()
+    for provider in providers:
+        provider.stop()
+
+    rank_exit = {r: p.returncode for r, p in procs.items()}
+    return _finish(config, run_dir, info, rank_exit, interrupted)
+
+
+def _finish(
+    config: LaunchConfig, run_dir: Path, info: dict[str, Any], rank_exit: dict[int, int | None],
+    interrupted: str | None,
+) -> LaunchResult:
+    result: merge.MergeResult | None = None
+    archive: Path | None = None
+    merge_error = None
+    if config.tracer == "builtin":
+        try:
+            result = merge.collect(run_dir, expected_ranks=config.nprocs)
+            archive = write_archive(result.spec, run_dir)
+        except merge.MergeError as e:
+            merge_error = str(e)
+
+    per_rank = {s.rank: s for s in result.ranks} if result else {}
+    if -1 in rank_exit:  # an external launcher: rank statuses come from the ranks' own files
+        launcher_status = rank_exit[-1]
+        failed = [s.rank for s in per_rank.values() if s.status not in ("ok",)]
+        if launcher_status and not failed:
+            failed = [-1]
+    else:
+        launcher_status = None
+        failed = [r for r, c in rank_exit.items() if c not in (0, None)]
+
+    rank_info = []
+    for rank in range(config.nprocs):
+        s = per_rank.get(rank)
+        entry: dict[str, Any] = {"rank": rank, "exit_status": rank_exit.get(rank, launcher_status)}
+        if s is not None:
+            entry.update(
+                host=s.host, pid=s.pid, status=s.status, status_detail=s.status_detail,
+                events=s.events, steps=s.steps, complete=s.complete,
+                open_regions_closed=s.open_regions_closed, unmatched_leaves=s.unmatched_leaves,
+                records_dropped=s.records_dropped, partial_bytes=s.partial_bytes,
+                last_time_ns=s.last_time_ns,
+            )
+        elif config.tracer == "builtin":
+            entry.update(status="missing", complete=False)
+        rank_info.append(entry)
+
+    frameworks = sorted({f for s in per_rank.values() for f in s.frameworks})
+    versions: dict[str, str] = {}
+    for s in per_rank.values():
+        versions.update(s.extra.get("versions", {}))
+    status = "interrupted" if interrupted else ("failed" if failed else "ok")
+    info.update(
+        end=runinfo.now_iso(),
+        status=status,
+        interrupted_by=interrupted,
+        failed_ranks=failed,
+        exit_status={str(r): c for r, c in rank_exit.items()},
+        rank_info=rank_info,
+        framework=_framework_label(frameworks),
+        frameworks=frameworks,
+        versions=versions,
+        complete=bool(result and result.complete and not failed and not interrupted),
+        trace=None if archive is None else {
+            "archive": archive.name,
+            "events": result.events if result else 0,
+            "missing_ranks": result.missing_ranks if result else [],
+        },
+        merge_error=merge_error,
+    )
+    runinfo.write(run_dir, info)
+
+    exit_status = 0
+    if interrupted:
+        exit_status = 128 + int(getattr(signal, interrupted))
+    elif failed:
+        exit_status = 1
+    return LaunchResult(run_dir, exit_status, rank_exit, failed, interrupted, result, archive,
+                        _message(config, run_dir, info, result, archive, failed, merge_error))
+
+
+def _framework_label(frameworks: list[str]) -> str | None:
+    """The most specific framework seen (``pytorch-ddp`` over ``pytorch``)."""
+    if not frameworks:
+        return None
+    return max(frameworks, key=len)
+
+
+def _message(
+    config: LaunchConfig, run_dir: Path, info: dict[str, Any], result: merge.MergeResult | None,
+    archive: Path | None, failed: list[int], merge_error: str | None,
+) -> str:
+    lines = []
+    if failed:
+        details = []
+        for r in failed:
+            entry = next((e for e in info["rank_info"] if e["rank"] == r), {})
+            what = entry.get("status_detail") or f"exit status {entry.get('exit_status')}"
+            details.append(f"rank {r} ({what})" if r >= 0 else f"{config.launcher} ({what})")
+        lines.append("failed: " + ", ".join(details))
+    if info.get("interrupted_by"):
+        lines.append(f"interrupted by {info['interrupted_by']}")
+    if archive is not None and result is not None:
+        steps = sorted({s.steps for s in result.ranks})
+        step_text = f"{steps[0]} steps" if len(steps) == 1 else "steps " + "/".join(
+            str(s.steps) for s in result.ranks)
+        flag = "" if info["complete"] else "  [incomplete: see run.json]"
+        lines.append(
+            f"trace written: {_display(archive)}  ({len(result.ranks)} ranks, {step_text}, "
+            f"{result.events:,} events){flag}"
+        )
+    elif config.tracer == "none":
+        lines.append(f"run recorded without a trace: {_display(run_dir / runinfo.RUN_JSON)}")
+    if merge_error:
+        lines.append(f"no trace: {merge_error}")
+    return "\n".join(lines)
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

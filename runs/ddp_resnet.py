@@ -1,0 +1,79 @@
+"""PyTorch DDP over gloo: a ResNet-style CNN on synthetic images, on CPU.
+
+    instrument run -np 2 runs/ddp_resnet.py --batch-size 32 --steps 20 [--accumulate 4]
+
+With ``--accumulate K``, the first K-1 micro-batches of each step run under ``no_sync()`` and
+gradients are all-reduced on the K-th, as custom training loops do. Rank 0 prints each step's
+loss (full precision, for comparing runs) and the mean step time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+
+from workload import SyntheticImages, add_arguments, gradient_bytes, make_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args()
+
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(args.seed)
+    model = make_model(args.model)
+    ddp = DDP(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    per_rank = args.batch_size * args.accumulate * args.steps
+    data = SyntheticImages(per_rank * world, args.image_size, seed=args.seed)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
+    loader = iter(DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True))
+    if rank == 0:
+        print(f"world {world}, model {args.model}, gradient bytes {gradient_bytes(model)}", flush=True)
+
+    losses, times = [], []
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        if args.fail_at_step == step and rank == args.fail_rank:
+            raise RuntimeError(f"deliberate failure at step {step} (--fail-at-step)")
+        total = 0.0
+        for micro in range(args.accumulate):
+            x, y = next(loader)
+            sync = micro == args.accumulate - 1
+            with contextlib.nullcontext() if sync else ddp.no_sync():
+                loss = loss_fn(ddp(x), y) / args.accumulate
+                loss.backward()
+            total += loss.item()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t0)
+        losses.append(total)
+        if rank == 0:
+            print(f"step {step} loss {total!r}", flush=True)
+
+    if rank == 0:
+        steady = times[1:] or times
+        print(f"mean step time {1000 * sum(steady) / len(steady):.2f} ms", flush=True)
+        print("losses " + json.dumps(losses), flush=True)
+        path = os.environ.get("DLTRACE_EXAMPLE_RESULT")
+        if path:
+            with open(path, "w") as f:
+                json.dump({"losses": losses, "step_times_s": times}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""The model and data the PyTorch examples train: a compact ResNet on synthetic images.
+
+torchvision's ResNet-18 (``weights=None``) is used with ``--model resnet18`` where torchvision
+imports; the default is a small ResNet defined here so a CPU step takes tens of milliseconds.
+The data are random image-shaped tensors and labels from a fixed seed, made in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + self.shortcut(x))
+
+
+class CompactResNet(nn.Module):
+    """ResNet with three stages of two basic blocks (16, 32, 64 channels)."""
+
+    def __init__(self, num_classes: int = 10, width: int = 16):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, 1, 1, bias=False), nn.BatchNorm2d(width), nn.ReLU())
+        layers, cin = [], width
+        for i, cout in enumerate((width, 2 * width, 4 * width)):
+            layers += [BasicBlock(cin, cout, 1 if i == 0 else 2), BasicBlock(cout, cout, 1)]
+            cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.head = nn.Linear(cin, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(self.stem(x))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def make_model(name: str, num_classes: int = 10) -> nn.Module:
+    if name == "compact":
+        return CompactResNet(num_classes)
+    if name == "resnet18":
+        try:
+            import torchvision
+        except Exception as e:  # noqa: BLE001 -- torchvision fails in several ways beside some torch builds
+            raise SystemExit(f"--model resnet18 needs torchvision, which does not import here ({e})") from None
+        return torchvision.models.resnet18(weights=None, num_classes=num_classes)
+    raise SystemExit(f"unknown model {name!r}; choose compact or resnet18")
+
+
+class SyntheticImages(Dataset):
+    """``size`` random images (3 x ``image_size``^2) with labels, fixed by ``seed``."""
+
+    def __init__(self, size: int, image_size: int, num_classes: int = 10, seed: int = 0):
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(size, 3, image_size, image_size, generator=g)
+        self.y = torch.randint(0, num_classes, (size,), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.x[i], self.y[i]
+
+
+def gradient_bytes(model: nn.Module) -> int:
+    """Bytes of all trainable parameters' gradients (what one allreduce round moves)."""
+    return sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--batch-size", type=int, default=32, help="samples per rank per micro-batch")
+    p.add_argument("--steps", type=int, default=20, help="optimizer steps")
+    p.add_argument("--accumulate", type=int, default=1, metavar="K",
+                   help="micro-batches per optimizer step (gradients reduced on the K-th only)")
+    p.add_argument("--model", default="compact", help="compact (default) or resnet18")
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--fail-at-step", type=int, default=None, help="testing: raise at this step")
+    p.add_argument("--fail-rank", type=int, default=1, help="testing: the rank that raises")
