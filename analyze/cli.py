@@ -1,0 +1,67 @@
+"""``analyze``: read traces into DuckDB and report where the time goes.
+
+Thin verbs over library functions; errors a user can fix print one sentence and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import duckdb
+
+from analyze import database, phases
+
+
+def _phases_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "phases", help="per rank and step: compute, allreduce, other communication and idle time",
+        description="Read RUN's OTF2 archive (ours or Score-P's) into RUN/trace.duckdb and print "
+        "the phase breakdown per rank.")
+    p.add_argument("run", type=Path, metavar="RUN", help="run directory, Score-P experiment or .otf2 file")
+    p.add_argument("--force", action="store_true", help="rebuild the database even if it is current")
+    p.add_argument("--step-region", metavar="NAME",
+                   help="region that delimits steps when the trace has no step markers")
+    p.add_argument("--db", type=Path, help="database file (default RUN/trace.duckdb)")
+    p.set_defaults(func=_cmd_phases)
+
+
+def _cmd_phases(ns: argparse.Namespace) -> int:
+    paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region)
+    with duckdb.connect(str(paths.db), read_only=True) as con:
+        table = phases.summary(con)
+        source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
+    print(table.to_string(index=False, na_rep="0.0"))
+    if source and source[0] == "whole_run":
+        print("steps: no step markers found; each rank's whole trace is one step "
+              "(use --step-region NAME to split it)")
+    print(f"database: {_display(paths.db)}")
+    return 0
+
+
+def _display(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="analyze", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    _phases_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return int(ns.func(ns))
+    except database.AnalyzeError as e:
+        print(f"analyze: {e}", file=sys.stderr)
+        return e.exit_status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

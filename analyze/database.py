@@ -1,0 +1,258 @@
+"""Build a run's DuckDB database from its OTF2 archive: read, load, derive, rename.
+
+The database is written to a temporary file beside its final place and renamed when
+complete, so an interrupted or failed build never leaves a half-written database, and two
+analyses of the same run at once each produce a whole one (the last rename wins). A database
+is reused while it is newer than the archive and was built by this schema with the same
+options; ``force`` rebuilds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pandas as pd
+
+from analyze import otf2_reader
+from analyze.collectives import build_collectives, build_p2p
+from analyze.columns import COLLECTIVE_COLUMNS, INTERVAL_COLUMNS, MESSAGE_COLUMNS, Definitions, ReadStats
+from analyze.phases import build_phases
+from analyze.regions import classify
+from analyze.schema import SCHEMA_VERSION, TABLES
+from analyze.steps import build_steps
+
+DB_NAME = "trace.duckdb"
+BUILD_INFO = "build_info"
+
+
+class AnalyzeError(Exception):
+    """A problem with the user's input: one sentence naming the file and what to do."""
+
+    def __init__(self, message: str, exit_status: int = 1):
+        super().__init__(message)
+        self.exit_status = exit_status
+
+
+@dataclass
+class RunPaths:
+    run_dir: Path
+    anchor: Path
+    db: Path
+
+    @property
+    def name(self) -> str:
+        return self.run_dir.name
+
+
+def resolve(run: Path | str, db: Path | str | None = None) -> RunPaths:
+    """Find the OTF2 anchor of ``run`` (a run directory, a Score-P experiment directory or an
+    anchor file) and where its database lives."""
+    path = Path(run)
+    if not path.exists():
+        raise AnalyzeError(f"no such run directory or archive: {path}")
+    if path.is_file():
+        if path.suffix != ".otf2":
+            raise AnalyzeError(f"{path} is not an OTF2 anchor file (expected a .otf2 file or a run directory)")
+        anchor, run_dir = path, path.parent
+    else:
+        run_dir = path
+        anchor = path / "traces.otf2"
+        if not anchor.is_file():
+            found = sorted(path.glob("*.otf2"))
+            if len(found) != 1:
+                what = "no OTF2 archive (no .otf2 anchor file)" if not found else \
+                    f"{len(found)} OTF2 archives; name one of them: " + ", ".join(f.name for f in found)
+                raise AnalyzeError(f"{path} holds {what}")
+            anchor = found[0]
+    if db is not None:
+        return RunPaths(run_dir.resolve(), anchor.resolve(), Path(db))
+    target = run_dir / DB_NAME
+    if not os.access(run_dir, os.W_OK):
+        # Read-only archives (shared fixtures, someone else's runs): keep the database in the cache.
+        key = hashlib.sha256(str(anchor.resolve()).encode()).hexdigest()[:12]
+        cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dltrace" / "analyze"
+        cache.mkdir(parents=True, exist_ok=True)
+        target = cache / f"{run_dir.name}-{key}.duckdb"
+    return RunPaths(run_dir.resolve(), anchor.resolve(), target)
+
+
+def _signature(paths: RunPaths, options: dict[str, Any]) -> str:
+    """What the database was built from: archive files' sizes and times, options, schema."""
+    files = [paths.anchor, paths.anchor.with_suffix(".def"), paths.run_dir / "run.json"]
+    stamps = [(str(f.name), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
+    return json.dumps({"schema": SCHEMA_VERSION, "files": stamps, "options": options}, sort_keys=True)
+
+
+def is_current(paths: RunPaths, options: dict[str, Any]) -> bool:
+    if not paths.db.exists():
+        return False
+    try:
+        with duckdb.connect(str(paths.db), read_only=True) as con:
+            row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'signature'").fetchone()
+    except duckdb.Error:
+        return False
+    return row is not None and row[0] == _signature(paths, options)
+
+
+@contextlib.contextmanager
+def _c_stderr_captured() -> Iterator[list[str]]:
+    """Capture what the OTF2 C library prints on stderr, to fold it into one error message."""
+    captured: list[str] = []
+    try:
+        fd = os.dup(2)
+    except OSError:
+        yield captured
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(fd, 2)
+            os.close(fd)
+            tmp.seek(0)
+            captured.append(tmp.read().decode(errors="replace").strip())
+
+
+def build(
+    run: Path | str,
+    *,
+    db: Path | str | None = None,
+    force: bool = False,
+    step_region: str | None = None,
+    chunk_rows: int = 500_000,
+) -> RunPaths:
+    """Make sure ``run``'s database exists and is current; return its paths."""
+    paths = resolve(run, db)
+    options = {"step_region": step_region}
+    if not force and is_current(paths, options):
+        return paths
+    paths.db.parent.mkdir(parents=True, exist_ok=True)
+    tmp = paths.db.with_name(f".{paths.db.name}.tmp-{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    try:
+        with duckdb.connect(str(tmp)) as con:
+            _fill(con, paths, chunk_rows, step_region, _signature(paths, options))
+        os.replace(tmp, paths.db)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        Path(str(tmp) + ".wal").unlink(missing_ok=True)
+        raise
+    return paths
+
+
+def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
+    for table in TABLES:
+        con.execute(table.ddl())
+    con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
+    for name, spec in (("raw_intervals", INTERVAL_COLUMNS), ("raw_collectives", COLLECTIVE_COLUMNS),
+                       ("raw_messages", MESSAGE_COLUMNS)):
+        cols = ", ".join(f"{c} {_sql_type(t)}" for c, t in spec.items())
+        con.execute(f"CREATE TEMP TABLE {name} ({cols})")
+
+
+def _sql_type(t: type) -> str:
+    return {"int64": "BIGINT", "int32": "INTEGER", "int8": "TINYINT", "bool": "BOOLEAN"}[
+        pd.api.types.pandas_dtype(t).name]
+
+
+def _load(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any]) -> None:
+    frame = pd.DataFrame(columns)
+    if len(frame):
+        con.register("chunk_rows", frame)
+        con.execute(f"INSERT INTO {table} SELECT * FROM chunk_rows")
+        con.unregister("chunk_rows")
+
+
+def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int) -> tuple[Definitions, ReadStats]:
+    stats = ReadStats()
+    with _c_stderr_captured() as library_said:
+        try:
+            defs, chunks = otf2_reader.read(paths.anchor, chunk_rows)
+            for chunk in chunks:
+                _load(con, "raw_intervals", chunk.intervals)
+                _load(con, "raw_collectives", chunk.collectives)
+                _load(con, "raw_messages", chunk.messages)
+                if chunk.stats is not None:
+                    stats = chunk.stats
+        except otf2_reader.ReaderError as e:
+            error: Exception | None = e
+        else:
+            error = None
+    if error is not None:
+        detail = library_said[0].splitlines()[-1] if library_said and library_said[0] else ""
+        hint = " The archive is truncated or corrupt; re-merge it (instrument merge) or copy it again."
+        raise AnalyzeError(f"{error}{' (' + detail + ')' if detail else ''}.{hint}") from None
+    return defs, stats
+
+
+def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
+          step_region: str | None, signature: str) -> None:
+    _create_tables(con)
+    defs, stats = _read(con, paths, chunk_rows)
+    _definitions(con, defs)
+    con.execute("""
+        INSERT INTO intervals
+        WITH child AS (SELECT location_id, parent_idx, sum(end_ns - start_ns) AS children_ns
+                       FROM raw_intervals WHERE parent_idx >= 0 GROUP BY location_id, parent_idx)
+        SELECT i.location_id, i.rank, i.idx, CASE WHEN i.parent_idx < 0 THEN NULL ELSE i.parent_idx END,
+               i.depth, i.region_id, i.start_ns, i.end_ns, i.end_ns - i.start_ns,
+               i.end_ns - i.start_ns - coalesce(c.children_ns, 0), i.truncated
+        FROM raw_intervals i LEFT JOIN child c
+          ON c.location_id = i.location_id AND c.parent_idx = i.idx
+        ORDER BY i.location_id, i.idx
+    """)
+    build_collectives(con)
+    build_p2p(con)
+    step_source = build_steps(con, step_region)
+    build_phases(con)
+    _run_row(con, paths, defs, stats)
+    con.executemany(f"INSERT INTO {BUILD_INFO} VALUES (?, ?)", [
+        ("signature", signature), ("step_source", step_source),
+        ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
+        ("unmatched_collective_ends", str(stats.unmatched_collective_ends)),
+    ])
+
+
+def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions) -> None:
+    con.executemany("INSERT INTO locations VALUES (?, ?, ?, ?, ?, ?, ?)", [
+        (x.location_id, x.rank, x.thread, x.name, x.kind, x.is_main, x.events) for x in defs.locations])
+    con.executemany("INSERT INTO regions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+        (r.region_id, r.name, r.canonical_name, r.paradigm, r.role,
+         str(classify(r.name, r.paradigm, r.role)), r.source_file, r.begin_line) for r in defs.regions])
+    con.executemany("INSERT INTO communicators VALUES (?, ?, ?, ?)", [
+        (c.comm_id, c.name, len(c.members), c.members) for c in defs.comms])
+
+
+def _run_row(con: duckdb.DuckDBPyConnection, paths: RunPaths, defs: Definitions, stats: ReadStats) -> None:
+    info = _run_json(paths.run_dir)
+    ranks = len({loc.rank for loc in defs.locations})
+    duration = int(defs.length_ticks * 1_000_000_000 // defs.resolution) if defs.resolution else None
+    realtime = None if defs.realtime_ns is None else pd.Timestamp(defs.realtime_ns, unit="ns", tz="UTC")
+    con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
+        paths.run_dir.name, str(paths.anchor), defs.creator or None, info.get("framework"), ranks,
+        json.dumps(info.get("params", {})), realtime, duration, defs.resolution, defs.global_offset,
+        stats.events, info.get("complete"), "python", SCHEMA_VERSION,
+    ])
+
+
+def _run_json(run_dir: Path) -> dict[str, Any]:
+    try:
+        return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def connect(run: Path | str, **build_options: Any) -> duckdb.DuckDBPyConnection:
+    """A read-only DuckDB connection over ``run``'s tables, building them first if needed."""
+    paths = build(run, **build_options)
+    return duckdb.connect(str(paths.db), read_only=True)

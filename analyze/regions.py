@@ -1,0 +1,59 @@
+"""Classify regions for the phase model, from their names, paradigms and roles.
+
+Our own markers are recognised by name (``dltrace.step`` ...), also with the ``user:`` prefix
+Score-P gives user regions, so traces from both backends classify alike. Everything else
+goes by OTF2 paradigm and role, as Score-P writes them (see docs/phase-model.md).
+"""
+
+from __future__ import annotations
+
+from analyze.schema import Category
+
+MARKERS = {
+    "dltrace.step": Category.STEP,
+    "dltrace.tail": Category.TAIL,
+    "dltrace.forward": Category.FORWARD,
+    "dltrace.backward": Category.BACKWARD,
+    "dltrace.optimizer": Category.OPTIMIZER,
+    "dltrace.dataloader": Category.DATALOADER,
+    "dltrace.flush": Category.OVERHEAD,
+    "dltrace.clock_sync": Category.OVERHEAD,
+}
+# Score-P's own work: buffer flushes and switched-off recording.
+OVERHEAD_NAMES = {"TRACE BUFFER FLUSH", "MEASUREMENT OFF"}
+COLLECTIVE_ROLES = {"coll_all2all", "coll_one2all", "coll_all2one", "coll_other", "barrier"}
+# Thread-level synchronization (OpenMP, pthreads) is not communication between ranks.
+THREAD_PARADIGMS = {"openmp", "pthread", "winthread", "qtthread", "acethread", "tbbthread"}
+
+
+def classify(name: str, paradigm: str, role: str) -> Category:
+    """The :class:`Category` of a region (paradigm and role as lowercase OTF2 enum names)."""
+    base = name[5:] if name.startswith("user:") else name
+    if base in MARKERS:
+        return MARKERS[base]
+    if name in OVERHEAD_NAMES:
+        return Category.OVERHEAD
+    if paradigm in THREAD_PARADIGMS:
+        return Category.FUNCTION
+    if role in COLLECTIVE_ROLES:
+        return Category.COLLECTIVE
+    if role in ("point2point", "rma"):
+        return Category.P2P
+    if role == "task_wait" and paradigm == "user":
+        return Category.WAIT
+    if paradigm == "mpi":
+        # Completion of non-blocking operations is communication time.
+        if base.startswith(("MPI_Wait", "MPI_Test")):
+            return Category.P2P
+        if role in ("function", "unknown"):
+            return Category.RUNTIME
+        return Category.FUNCTION
+    if name.startswith("user:"):
+        return Category.USER
+    return Category.FUNCTION
+
+
+def is_allreduce_name(name: str) -> bool:
+    """For collective regions without collective records (e.g. Score-P user regions)."""
+    n = name.lower().replace("_", "")
+    return "allreduce" in n

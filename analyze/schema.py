@@ -1,0 +1,211 @@
+"""Every table ``analyze`` writes, declared once: the DDL and the documentation come from here.
+
+Times are integer nanoseconds from the trace start (the archive's global clock offset), after
+the archive's ClockOffset corrections. Missing values are NULL. Categorical columns hold the
+readable values of the ``StrEnum`` types below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+SCHEMA_VERSION = 1
+
+
+class Phase(StrEnum):
+    """Where a rank's time inside a step goes; the phases of a step add up to its duration."""
+
+    COMPUTE = "compute"  # everything not below
+    ALLREDUCE = "allreduce"  # transferring in allreduce collectives
+    OTHER_COMM = "other_comm"  # transferring in other collectives and point-to-point
+    IDLE = "idle"  # waiting for a late rank (collective) or a late sender
+    OTHER = "other"  # measurement overhead, runtime setup (MPI_Init/Finalize)
+
+
+class Category(StrEnum):
+    """What a region is, as far as the phase model is concerned."""
+
+    STEP = "step"
+    TAIL = "tail"  # after the last optimizer step
+    FORWARD = "forward"
+    BACKWARD = "backward"
+    OPTIMIZER = "optimizer"
+    DATALOADER = "dataloader"
+    COLLECTIVE = "collective"
+    P2P = "p2p"
+    WAIT = "wait"  # the main thread blocks on asynchronous communication
+    RUNTIME = "runtime"  # communication runtime setup and queries (MPI_Init, MPI_Comm_rank)
+    OVERHEAD = "overhead"  # the measurement system's own work (buffer flushes, clock sync)
+    USER = "user"  # user-marked regions
+    FUNCTION = "function"  # anything else (Python or compiled functions)
+
+
+COMPUTE_CATEGORIES = (Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.DATALOADER)
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str
+    doc: str
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+
+    def ddl(self, name: str | None = None) -> str:
+        cols = ",\n    ".join(f"{c.name} {c.type}" for c in self.columns)
+        return f"CREATE TABLE {name or self.name} (\n    {cols}\n)"
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+def _t(name: str, doc: str, *cols: tuple[str, str, str]) -> Table:
+    return Table(name, doc, tuple(Column(*c) for c in cols))
+
+
+RUNS = _t(
+    "runs", "One row: the run and the archive it was read from.",
+    ("run_name", "VARCHAR", "directory name of the run"),
+    ("path", "VARCHAR", "absolute path of the OTF2 anchor file"),
+    ("creator", "VARCHAR", "program that wrote the archive (dltrace, Score-P x.y)"),
+    ("framework", "VARCHAR", "from run.json (pytorch-ddp, horovod-pytorch, ...); NULL if unknown"),
+    ("ranks", "INTEGER", "number of ranks (process location groups)"),
+    ("params", "JSON", "script parameters from run.json (batch_size, steps, ...)"),
+    ("start_realtime", "TIMESTAMPTZ", "wall-clock time of the trace start, if recorded"),
+    ("duration_ns", "BIGINT", "trace length"),
+    ("timer_resolution", "BIGINT", "archive timer ticks per second"),
+    ("global_offset", "BIGINT", "archive tick that is 0 ns here"),
+    ("events", "BIGINT", "events read"),
+    ("complete", "BOOLEAN", "run.json says every rank finished and flushed (NULL: no run.json)"),
+    ("reader", "VARCHAR", "which OTF2 reader built the tables (python, native)"),
+    ("schema_version", "INTEGER", "version of this schema"),
+)
+
+LOCATIONS = _t(
+    "locations", "Threads, communication lanes and device streams, each belonging to a rank.",
+    ("location_id", "BIGINT", "OTF2 location reference"),
+    ("rank", "INTEGER", "rank of the owning process (its location group, in definition order)"),
+    ("thread", "INTEGER", "index within the rank, by location id; 0 is the main thread"),
+    ("name", "VARCHAR", "location name"),
+    ("kind", "VARCHAR", "cpu_thread, comm_lane, accelerator_stream, gpu, metric or unknown"),
+    ("is_main", "BOOLEAN", "the rank's main thread, on which steps and phases are computed"),
+    ("events", "BIGINT", "events read on this location"),
+)
+
+REGIONS = _t(
+    "regions", "Region definitions with the classification the phase model uses.",
+    ("region_id", "BIGINT", "OTF2 region reference"),
+    ("name", "VARCHAR", "region name as written"),
+    ("canonical_name", "VARCHAR", "canonical (e.g. mangled) name"),
+    ("paradigm", "VARCHAR", "OTF2 paradigm (mpi, user, measurement_system, ...)"),
+    ("role", "VARCHAR", "OTF2 region role (coll_all2all, function, ...)"),
+    ("category", "VARCHAR", "Category: step, forward, collective, wait, ..."),
+    ("source_file", "VARCHAR", "source file, if recorded"),
+    ("begin_line", "INTEGER", "first source line, if recorded"),
+)
+
+INTERVALS = _t(
+    "intervals", "One row per region instance (Enter..Leave) per location.",
+    ("location_id", "BIGINT", "location"),
+    ("rank", "INTEGER", "rank of the location"),
+    ("idx", "BIGINT", "instance number on its location, in enter order"),
+    ("parent_idx", "BIGINT", "idx of the enclosing instance on the same location; NULL at the top"),
+    ("depth", "INTEGER", "nesting depth, 0 at the top"),
+    ("region_id", "BIGINT", "region"),
+    ("start_ns", "BIGINT", "enter time"),
+    ("end_ns", "BIGINT", "leave time"),
+    ("duration_ns", "BIGINT", "inclusive time, end_ns - start_ns"),
+    ("exclusive_ns", "BIGINT", "duration minus the durations of direct children"),
+    ("truncated", "BOOLEAN", "no Leave was recorded; closed at the location's last event"),
+)
+
+COMMUNICATORS = _t(
+    "communicators", "Communicators (MPI communicators, process groups).",
+    ("comm_id", "BIGINT", "OTF2 communicator reference"),
+    ("name", "VARCHAR", "name"),
+    ("size", "INTEGER", "number of members"),
+    ("members", "INTEGER[]", "ranks in communicator order"),
+)
+
+COLLECTIVES = _t(
+    "collectives",
+    "One row per collective instance per rank, matched across ranks by communicator and "
+    "sequence number. Handle creation/destruction records (MPI_Init) are not collectives.",
+    ("rank", "INTEGER", "rank"),
+    ("location_id", "BIGINT", "location the collective ran on"),
+    ("is_async", "BOOLEAN", "not on the rank's main thread (asynchronous; lanes, other threads)"),
+    ("interval_idx", "BIGINT", "the region instance performing it (on location_id)"),
+    ("region_id", "BIGINT", "region performing it"),
+    ("comm_id", "BIGINT", "communicator"),
+    ("seq", "BIGINT", "per rank and communicator, 0-based, in enter order"),
+    ("op", "VARCHAR", "allreduce, bcast, allgather, barrier, ..."),
+    ("root", "INTEGER", "root rank within the communicator; NULL for rootless operations"),
+    ("bytes", "BIGINT", "payload per rank: received for one-to-all, sent otherwise"),
+    ("bytes_sent", "BIGINT", "bytes sent as recorded"),
+    ("bytes_recv", "BIGINT", "bytes received as recorded"),
+    ("enter_ns", "BIGINT", "enter of the performing region"),
+    ("leave_ns", "BIGINT", "leave of the performing region"),
+    ("last_arrival_ns", "BIGINT", "when the last rank it waits for arrived (root for one-to-all)"),
+    ("wait_ns", "BIGINT", "time from this rank's arrival to last_arrival_ns, within the region"),
+    ("transfer_ns", "BIGINT", "the rest of the region: leave - enter - wait"),
+    ("ranks_matched", "INTEGER", "ranks whose instance with this comm/seq is in the trace"),
+)
+
+P2P = _t(
+    "p2p", "Point-to-point messages (MPI_Send/Recv and non-blocking forms), sends matched to receives.",
+    ("rank", "INTEGER", "rank recording the event"),
+    ("location_id", "BIGINT", "location"),
+    ("direction", "VARCHAR", "send or recv"),
+    ("peer", "INTEGER", "the other rank (global)"),
+    ("comm_id", "BIGINT", "communicator"),
+    ("tag", "BIGINT", "message tag"),
+    ("bytes", "BIGINT", "message length"),
+    ("time_ns", "BIGINT", "time of the send / receive-completion event"),
+    ("interval_idx", "BIGINT", "enclosing region instance (MPI_Send, MPI_Recv, MPI_Wait...)"),
+    ("enter_ns", "BIGINT", "enter of the enclosing region"),
+    ("leave_ns", "BIGINT", "leave of the enclosing region"),
+    ("seq", "BIGINT", "n-th message between this sender and receiver with this comm and tag"),
+    ("partner_enter_ns", "BIGINT", "enter of the matching event's region on the peer; NULL if unmatched"),
+    ("wait_ns", "BIGINT", "late sender: receive-side time waiting for the send to start"),
+)
+
+STEPS = _t(
+    "steps", "Training steps per rank.",
+    ("rank", "INTEGER", "rank"),
+    ("step", "INTEGER", "0-based step number"),
+    ("start_ns", "BIGINT", "start"),
+    ("end_ns", "BIGINT", "end"),
+    ("duration_ns", "BIGINT", "end - start"),
+    ("source", "VARCHAR", "marker (dltrace.step regions), region:<name> (--step-region), or whole_run"),
+)
+
+PHASES = _t(
+    "phases", "Per rank and step, time per phase; the phases of a step sum to its duration exactly.",
+    ("rank", "INTEGER", "rank"),
+    ("step", "INTEGER", "step"),
+    ("phase", "VARCHAR", "Phase: compute, allreduce, other_comm, idle or other"),
+    ("duration_ns", "BIGINT", "time"),
+)
+
+TABLES = (RUNS, LOCATIONS, REGIONS, COMMUNICATORS, INTERVALS, COLLECTIVES, P2P, STEPS, PHASES)
+BY_NAME = {t.name: t for t in TABLES}
+
+
+def markdown() -> str:
+    """The schema as Markdown (docs/schema.md is generated from this)."""
+    out = ["# Tables written by `analyze phases`", "", __doc__.strip().split("\n\n", 1)[1], ""]
+    for t in TABLES:
+        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | meaning |", "|---|---|---|"]
+        out += [f"| `{c.name}` | {c.type} | {c.doc} |" for c in t.columns]
+        out.append("")
+    out += ["## Categorical values", ""]
+    out += [f"- `phase`: {', '.join(p.value for p in Phase)}"]
+    out += [f"- `regions.category`: {', '.join(c.value for c in Category)}", ""]
+    return "\n".join(out)

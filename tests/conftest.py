@@ -1,0 +1,46 @@
+"""Shared test helpers: running ``instrument run`` as a user would, and paths to fixtures."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "runs"
+# Real Score-P archives written by other projects (sources and licences in their README).
+SCOREP_FIXTURES = ROOT / "tests" / "fixtures" / "scorep"
+
+
+@dataclass
+class Run:
+    proc: subprocess.CompletedProcess[str]
+    run_dir: Path
+
+    @property
+    def info(self) -> dict[str, Any]:
+        return json.loads((self.run_dir / "run.json").read_text())
+
+    @property
+    def output(self) -> str:
+        return self.proc.stdout + self.proc.stderr
+
+
+def instrument_run(out: Path, *args: str, name: str = "t", timeout: float = 600,
+                   env: dict[str, str] | None = None) -> Run:
+    """``instrument run --out OUT --name NAME ARGS...`` in a subprocess, as a user runs it."""
+    cmd = [sys.executable, "-m", "instrument.cli", "run", "--out", str(out), "--name", name, *args]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, **(env or {})))
+    return Run(proc, out / name)
+
+
+@pytest.fixture(scope="session")
+def scorep_fixtures() -> Path:
+    return SCOREP_FIXTURES
