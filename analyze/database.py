@@ -216,21 +216,26 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
     step_source = build_steps(con, step_region)
     build_phases(con)
     _run_row(con, paths, defs, stats)
-    con.executemany(f"INSERT INTO {BUILD_INFO} VALUES (?, ?)", [
+    _insert(con, BUILD_INFO, [
         ("signature", signature), ("step_source", step_source),
         ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
         ("unmatched_collective_ends", str(stats.unmatched_collective_ends)),
     ])
 
 
+def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
+    """Insert literal rows (DuckDB's executemany rejects an empty list)."""
+    if rows:
+        con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+
+
 def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions) -> None:
-    con.executemany("INSERT INTO locations VALUES (?, ?, ?, ?, ?, ?, ?)", [
+    _insert(con, "locations", [
         (x.location_id, x.rank, x.thread, x.name, x.kind, x.is_main, x.events) for x in defs.locations])
-    con.executemany("INSERT INTO regions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", [
+    _insert(con, "regions", [
         (r.region_id, r.name, r.canonical_name, r.paradigm, r.role,
          str(classify(r.name, r.paradigm, r.role)), r.source_file, r.begin_line) for r in defs.regions])
-    con.executemany("INSERT INTO communicators VALUES (?, ?, ?, ?)", [
-        (c.comm_id, c.name, len(c.members), c.members) for c in defs.comms])
+    _insert(con, "communicators", [(c.comm_id, c.name, len(c.members), c.members) for c in defs.comms])
 
 
 def _run_row(con: duckdb.DuckDBPyConnection, paths: RunPaths, defs: Definitions, stats: ReadStats) -> None:

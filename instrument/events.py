@@ -54,8 +54,12 @@ class Kind(IntEnum):
     ASYNC_COLL = 4
     STEP_DISCARD = 5
     # Only in the merge's normalized per-location streams handed to the OTF2 writer: the
-    # begin of the collective that the enclosing region performs, at the region's enter time.
+    # begin of the collective that the enclosing region performs, at the region's enter time,
     COLL_BEGIN = 6
+    # and point-to-point messages: ``root`` is the peer's rank in communicator ``comm``,
+    # ``aux`` the tag, ``bytes_sent`` the message length.
+    SEND = 7
+    RECV = 8
 
 
 class Op(IntEnum):

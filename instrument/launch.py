@@ -212,10 +212,14 @@ def run(config: LaunchConfig) -> LaunchResult:
 
     first_failure: float | None = None
     terminated_at: float | None = None
+    exited: dict[int, float] = {}  # rank -> when we saw it exit, to name the first failure
     with _Signals(forward, kill) as signals:
         while any(p.poll() is None for p in procs.values()):
             time.sleep(0.05)
             codes = {r: p.poll() for r, p in procs.items()}
+            for r, c in codes.items():
+                if c is not None and r not in exited:
+                    exited[r] = time.monotonic()
             if first_failure is None and any(c not in (None, 0) for c in codes.values()):
                 first_failure = time.monotonic()
             now = time.monotonic()
@@ -232,12 +236,13 @@ def run(config: LaunchConfig) -> LaunchResult:
         provider.stop()
 
     rank_exit = {r: p.returncode for r, p in procs.items()}
-    return _finish(config, run_dir, info, rank_exit, interrupted)
+    order = sorted(rank_exit, key=lambda r: exited.get(r, float("inf")))
+    return _finish(config, run_dir, info, rank_exit, interrupted, order)
 
 
 def _finish(
     config: LaunchConfig, run_dir: Path, info: dict[str, Any], rank_exit: dict[int, int | None],
-    interrupted: str | None,
+    interrupted: str | None, exit_order: list[int],
 ) -> LaunchResult:
     result: merge.MergeResult | None = None
     archive: Path | None = None
@@ -257,7 +262,7 @@ def _finish(
             failed = [-1]
     else:
         launcher_status = None
-        failed = [r for r, c in rank_exit.items() if c not in (0, None)]
+        failed = [r for r in exit_order if rank_exit[r] not in (0, None)]  # first failure first
 
     rank_info = []
     for rank in range(config.nprocs):
@@ -327,7 +332,8 @@ def _message(
             entry = next((e for e in info["rank_info"] if e["rank"] == r), {})
             what = entry.get("status_detail") or f"exit status {entry.get('exit_status')}"
             details.append(f"rank {r} ({what})" if r >= 0 else f"{config.launcher} ({what})")
-        lines.append("failed: " + ", ".join(details))
+        lines.append("failed: " + details[0] + ("" if len(details) == 1 else
+                     "; then " + ", ".join(details[1:])))
     if info.get("interrupted_by"):
         lines.append(f"interrupted by {info['interrupted_by']}")
     if archive is not None and result is not None:

@@ -15,6 +15,7 @@ against a region stack so the archive is always properly nested:
 
 from __future__ import annotations
 
+import importlib.metadata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,13 @@ from instrument import events
 from instrument.archive import ArchiveSpec, LocationSpec, RankSpec
 from instrument.events import EVENT_DTYPE, Kind, Role
 from instrument.spill import RankSpill, SpillError, ranks_present, read_rank
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("dltrace")
+    except importlib.metadata.PackageNotFoundError:
+        return "dev"
 
 
 class MergeError(Exception):
@@ -256,5 +264,6 @@ def collect(run_dir: Path, expected_ranks: int | None = None) -> MergeResult:
             start_realtime = int(rt)
     expected = expected_ranks if expected_ranks is not None else max(present) + 1
     missing = [r for r in range(expected) if r not in present]
-    archive = ArchiveSpec(defs.regions, defs.comms, specs, start_realtime_ns=start_realtime)
+    archive = ArchiveSpec(defs.regions, defs.comms, specs, start_realtime_ns=start_realtime,
+                          creator=f"dltrace {_version()}")
     return MergeResult(archive, summaries, missing)

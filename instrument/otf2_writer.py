@@ -147,6 +147,7 @@ def _write(spec: ArchiveSpec, directory: Path) -> None:
             for local_ns, offset_ns, stddev in offsets:
                 _otf2.DefWriter_WriteClockOffset(def_writer, int(local_ns), int(offset_ns), float(stddev))
 
+        _otf2.Archive_SetCreator(trace._handle, spec.creator)
         span = _time_span(spec)
         if span is not None:
             # Clock properties describe reference (corrected) time, not the raw stamps.
@@ -168,3 +169,7 @@ def _write_events(writer, records: np.ndarray, regions: list, comms: list) -> No
             writer.mpi_collective_end(time, OTF2_OP.get(Op(op), CollectiveOp.ALLREDUCE),
                                       comms[comm], UNDEFINED_ROOT if root < 0 else root,
                                       sent, recv)
+        elif kind == Kind.SEND:
+            writer.mpi_send(time, root, comms[comm], _aux, sent)
+        elif kind == Kind.RECV:
+            writer.mpi_recv(time, root, comms[comm], _aux, sent)

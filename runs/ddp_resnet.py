@@ -72,6 +72,7 @@ def main() -> None:
         if path:
             with open(path, "w") as f:
                 json.dump({"losses": losses, "step_times_s": times}, f)
+    print(f"rank {rank} done: {args.steps} steps", flush=True)
     dist.destroy_process_group()
 
 

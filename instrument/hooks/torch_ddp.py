@@ -303,9 +303,12 @@ class TorchHooks:
         # No annotations: DDP rejects a hook whose annotations are not GradBucket / Future,
         # and under ``from __future__ import annotations`` they would be strings.
         def traced_allreduce_hook(process_group, bucket):  # type: ignore[no-untyped-def]
+            issued = rec.now()
             fut = default_hooks.allreduce_hook(process_group, bucket)
             if bucket.is_last() and threading.get_ident() == _MAIN:
-                rec.enter(r_wait)  # left when backward returns
+                # All gradients are computed once the last bucket is issued: from then on,
+                # backward waits for the buckets (the wait region is left when backward returns).
+                rec.enter(r_wait, issued)
             return fut
 
         register = DDP.register_comm_hook
