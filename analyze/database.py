@@ -22,7 +22,7 @@ from typing import Any
 import duckdb
 import pandas as pd
 
-from analyze import otf2_reader
+from analyze import readers
 from analyze.collectives import build_collectives, build_p2p
 from analyze.columns import COLLECTIVE_COLUMNS, INTERVAL_COLUMNS, MESSAGE_COLUMNS, Definitions, ReadStats
 from analyze.phases import build_phases
@@ -130,8 +130,13 @@ def build(
     force: bool = False,
     step_region: str | None = None,
     chunk_rows: int = 500_000,
+    reader: str = "auto",
 ) -> RunPaths:
-    """Make sure ``run``'s database exists and is current; return its paths."""
+    """Make sure ``run``'s database exists and is current; return its paths.
+
+    ``reader`` picks the OTF2 reader (auto: native where built, else python); both give the
+    same tables, so it is not part of what makes a database current.
+    """
     paths = resolve(run, db)
     options = {"step_region": step_region}
     if not force and is_current(paths, options):
@@ -141,7 +146,7 @@ def build(
     tmp.unlink(missing_ok=True)
     try:
         with duckdb.connect(str(tmp)) as con:
-            _fill(con, paths, chunk_rows, step_region, _signature(paths, options))
+            _fill(con, paths, chunk_rows, step_region, _signature(paths, options), reader)
         os.replace(tmp, paths.db)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -173,18 +178,19 @@ def _load(con: duckdb.DuckDBPyConnection, table: str, columns: dict[str, Any]) -
         con.unregister("chunk_rows")
 
 
-def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int) -> tuple[Definitions, ReadStats]:
+def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
+          reader: str) -> tuple[str, Definitions, ReadStats]:
     stats = ReadStats()
     with _c_stderr_captured() as library_said:
         try:
-            defs, chunks = otf2_reader.read(paths.anchor, chunk_rows)
+            used, defs, chunks = readers.read(paths.anchor, chunk_rows, reader)
             for chunk in chunks:
                 _load(con, "raw_intervals", chunk.intervals)
                 _load(con, "raw_collectives", chunk.collectives)
                 _load(con, "raw_messages", chunk.messages)
                 if chunk.stats is not None:
                     stats = chunk.stats
-        except otf2_reader.ReaderError as e:
+        except readers.ReaderError as e:
             error: Exception | None = e
         else:
             error = None
@@ -192,13 +198,13 @@ def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int) -> t
         detail = library_said[0].splitlines()[-1] if library_said and library_said[0] else ""
         hint = " The archive is truncated or corrupt; re-merge it (instrument merge) or copy it again."
         raise AnalyzeError(f"{error}{' (' + detail + ')' if detail else ''}.{hint}") from None
-    return defs, stats
+    return used, defs, stats
 
 
 def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
-          step_region: str | None, signature: str) -> None:
+          step_region: str | None, signature: str, reader: str) -> None:
     _create_tables(con)
-    defs, stats = _read(con, paths, chunk_rows)
+    used, defs, stats = _read(con, paths, chunk_rows, reader)
     _definitions(con, defs)
     con.execute("""
         INSERT INTO intervals
@@ -215,7 +221,7 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
     build_p2p(con)
     step_source = build_steps(con, step_region)
     build_phases(con)
-    _run_row(con, paths, defs, stats)
+    _run_row(con, paths, defs, stats, used)
     _insert(con, BUILD_INFO, [
         ("signature", signature), ("step_source", step_source),
         ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
@@ -238,7 +244,8 @@ def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions) -> None:
     _insert(con, "communicators", [(c.comm_id, c.name, len(c.members), c.members) for c in defs.comms])
 
 
-def _run_row(con: duckdb.DuckDBPyConnection, paths: RunPaths, defs: Definitions, stats: ReadStats) -> None:
+def _run_row(con: duckdb.DuckDBPyConnection, paths: RunPaths, defs: Definitions, stats: ReadStats,
+             reader: str) -> None:
     info = _run_json(paths.run_dir)
     ranks = len({loc.rank for loc in defs.locations})
     duration = int(defs.length_ticks * 1_000_000_000 // defs.resolution) if defs.resolution else None
@@ -246,7 +253,7 @@ def _run_row(con: duckdb.DuckDBPyConnection, paths: RunPaths, defs: Definitions,
     con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
         paths.run_dir.name, str(paths.anchor), defs.creator or None, info.get("framework"), ranks,
         json.dumps(info.get("params", {})), realtime, duration, defs.resolution, defs.global_offset,
-        stats.events, info.get("complete"), "python", SCHEMA_VERSION,
+        stats.events, info.get("complete"), reader, SCHEMA_VERSION,
     ])
 
 

@@ -1,0 +1,39 @@
+# dltrace: the README's commands. `make help` lists the targets.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+BIN := $(VENV)/bin
+RUN ?= traces/demo-ddp-np2
+
+.PHONY: help setup main demo test test-fast lint docs clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+setup:  ## install everything on a fresh machine (Debian packages, .venv, Horovod build cache)
+	@bash tools/setup.sh
+
+main: setup demo  ## set up, then trace a 2-rank DDP run and write its PDF report
+
+demo:  ## trace a 2-rank DDP run, print its phases, write reports/demo.pdf
+	rm -rf $(RUN)
+	$(BIN)/instrument run -np 2 --name $(notdir $(RUN)) runs/ddp_resnet.py --batch-size 32 --steps 20
+	$(BIN)/analyze phases $(RUN)
+	$(BIN)/analyze report $(RUN) -o reports/demo.pdf
+
+test: setup  ## set up, then run all tests, slow multi-rank runs included (what CI runs)
+	$(PY) -m pytest -q
+
+test-fast:  ## the quick tests only (no multi-rank runs)
+	$(PY) -m pytest -q -m "not slow"
+
+lint:  ## ruff and mypy
+	$(BIN)/ruff check instrument analyze reports runs tests bench
+	$(BIN)/mypy
+
+docs:  ## regenerate docs/schema.md from analyze/schema.py
+	$(PY) -c "import analyze.schema as s; open('docs/schema.md', 'w').write(s.markdown())"
+
+clean:  ## remove traces and reports written by runs (keeps .venv and the build cache)
+	find traces -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +
+	rm -f reports/*.pdf reports/*.png

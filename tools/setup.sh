@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Set up everything dltrace needs on a fresh machine, from the project's own files:
+#   - Debian packages: otf2-tools (otf2-print) and libopen-trace-format2-dev (OTF2 headers);
+#   - a Python 3.11 virtual environment in .venv with the pinned packages from pyproject.toml
+#     (torch 2.13.0 CPU, tensorflow-cpu 2.15.1, numpy 1.26.4, pandas, plotnine, duckdb, otf2);
+#   - Horovod 0.28.1, built once per machine into a wheel cache (tools/build_horovod.sh).
+# Re-running is cheap: each step is skipped while its inputs are unchanged.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+venv="${DLTRACE_VENV:-$here/.venv}"
+python_bin="${PYTHON:-python3.11}"
+command -v "$python_bin" >/dev/null 2>&1 || python_bin=python3
+
+say() { printf '[setup] %s\n' "$*"; }
+
+# --- system packages -------------------------------------------------------------------
+need_apt=()
+command -v otf2-print >/dev/null 2>&1 || need_apt+=(otf2-tools)
+[ -f /usr/include/otf2/otf2.h ] || need_apt+=(libopen-trace-format2-dev)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        say "installing ${need_apt[*]} (Debian packages)"
+        apt-get update -qq >/dev/null
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
+        say "installing ${need_apt[*]} with sudo"
+        sudo apt-get update -qq >/dev/null
+        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+    else
+        say "error: ${need_apt[*]} missing and no apt-get here; install OTF2 3.x (otf2-print and headers) and re-run" >&2
+        exit 1
+    fi
+fi
+
+# --- Python environment ----------------------------------------------------------------
+if ! "$python_bin" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+    say "error: dltrace needs Python >= 3.11 (found $("$python_bin" --version 2>&1)); set PYTHON=..." >&2
+    exit 1
+fi
+[ -x "$venv/bin/python" ] || { say "creating $venv"; "$python_bin" -m venv "$venv"; }
+py="$venv/bin/python"
+
+stamp="$venv/.dltrace-setup"
+key="$(cat pyproject.toml tools/setup.sh | sha256sum | cut -c1-16)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$key" ]; then
+    say "installing Python packages (first time: a few minutes)"
+    "$py" -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+    # torch first and alone: 2.13.0 is the CPU build on this disk (other versions pull CUDA builds)
+    "$py" -m pip install -q "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
+    "$py" -m pip install -q -e ".[torch,tensorflow,dev]" 2>&1 | grep -v "is ignored" || true
+    "$py" -c 'import torch, tensorflow, numpy, pandas, plotnine, duckdb, otf2' 2>/dev/null || {
+        say "error: the Python packages did not install; see the pip output above" >&2; exit 1; }
+    echo "$key" > "$stamp"
+else
+    say "Python packages up to date"
+fi
+
+# --- Horovod (built once per machine, cached outside the clone) ------------------------
+if [ -x tools/build_horovod.sh ] && [ "${DLTRACE_SKIP_HOROVOD:-0}" != 1 ]; then
+    PATH="$venv/bin:$PATH" tools/build_horovod.sh "$py"
+fi
+
+say "ready: $venv"
