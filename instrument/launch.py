@@ -17,6 +17,7 @@ script with ``--tracer none``), in its own session so that signals reach it only
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,7 +35,10 @@ from instrument.errors import UsageError
 from instrument.otf2_writer import write_archive
 
 TRACERS = ("builtin", "none")
-LAUNCHERS = ("local", "torchrun")
+LAUNCHERS = ("local", "torchrun", "horovodrun", "mpirun", "srun")
+# What an external launcher must pass to every rank (Open MPI's mpirun exports only what -x names).
+EXPORTED = ("DLTRACE_RUN_DIR", "DLTRACE_TRACER", "DLTRACE_CLOCK_SERVER", "PYTHONPATH", "PYTHONUNBUFFERED",
+            "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
 
 
 @dataclass
@@ -47,6 +51,7 @@ class LaunchConfig:
     tracer: str = "builtin"
     launcher: str = "local"
     grace_s: float = 10.0
+    launcher_args: list[str] = field(default_factory=list)  # passed to the external launcher
     env: dict[str, str] = field(default_factory=dict)
     command_line: list[str] = field(default_factory=list)
 
@@ -71,14 +76,44 @@ def rank_command(config: LaunchConfig) -> list[str]:
 
 
 def launcher_command(config: LaunchConfig, port: int) -> list[str] | None:
-    """For external launchers, the launcher's own command line (None for the local one)."""
+    """The external launcher's command line (None for the local launcher).
+
+    Without ``launcher_args`` the job is single-node; with them (hosts, node counts, rendezvous
+    endpoints) they replace our single-node defaults, so the same command spans nodes.
+    """
+    inner = rank_command(config)
+    n = str(config.nprocs)
+    extra = list(config.launcher_args)
     if config.launcher == "local":
         return None
     if config.launcher == "torchrun":
-        inner = rank_command(config)[1:]  # torchrun starts the Python interpreter itself
-        return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(config.nprocs),
-                "--master-addr", "127.0.0.1", "--master-port", str(port), *inner]
+        single = ["--master-addr", "127.0.0.1", "--master-port", str(port)]
+        # torchrun starts the interpreter itself: give it the module (-m) or script and args
+        return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", n,
+                *(extra or single), *inner[1:]]
+    if config.launcher == "horovodrun":
+        return ["horovodrun", "-np", n, *(extra or ["-H", f"localhost:{n}"]), "--gloo", *inner]
+    if config.launcher == "mpirun":
+        exports = [a for v in EXPORTED for a in ("-x", v)]
+        return ["mpirun", "-np", n, *exports, *extra, *inner]
+    if config.launcher == "srun":
+        return ["srun", f"--ntasks={n}", "--export=ALL", *extra, *inner]
     raise UsageError(f"unknown launcher {config.launcher!r}; choose one of {', '.join(LAUNCHERS)}.")
+
+
+_INSTALL_HINT = {
+    "horovodrun": "Horovod is installed by `make setup` (tools/build_horovod.sh)",
+    "mpirun": "install an MPI (Debian: openmpi-bin) or load your cluster's MPI module",
+    "srun": "srun exists only on Slurm clusters; run inside an allocation (salloc/sbatch)",
+}
+
+
+def check_launcher(config: LaunchConfig) -> None:
+    """Fail before anything starts when the external launcher is not installed."""
+    tool = {"horovodrun": "horovodrun", "mpirun": "mpirun", "srun": "srun"}.get(config.launcher)
+    if tool and shutil.which(tool) is None and not Path(sys.executable).with_name(tool).exists():
+        raise UsageError(f"--launcher {config.launcher}: {tool} not found on PATH; "
+                         f"{_INSTALL_HINT[tool]}, or use --launcher local.")
 
 
 class _Output:
@@ -152,20 +187,32 @@ def run(config: LaunchConfig) -> LaunchResult:
         raise UsageError("-np must be at least 1")
     if config.tracer not in TRACERS:
         raise UsageError(f"unknown tracer {config.tracer!r}; choose one of {', '.join(TRACERS)}.")
-    providers = [cls() for cls in rank_env.PROVIDERS]
-    torchrun = next(p for p in providers if isinstance(p, rank_env.TorchrunEnv))
+    if config.launcher not in LAUNCHERS:
+        raise UsageError(f"unknown launcher {config.launcher!r}; choose one of {', '.join(LAUNCHERS)}.")
+    check_launcher(config)
+    run_dir = rundir.create(config.out, config.name).resolve()
+    local = config.launcher == "local"
+    providers = [cls() for cls in rank_env.PROVIDERS] if local else []
     for provider in providers:
         provider.start(config.nprocs)
-    outer = launcher_command(config, torchrun.port)  # validates the launcher first
-    run_dir = rundir.create(config.out, config.name).resolve()
+    port = rank_env.free_port()
+    outer = launcher_command(config, port)
 
-    clock = ClockServer(host="127.0.0.1").start() if config.tracer == "builtin" else None
+    # Ranks on other nodes must reach the reference clock: listen on all interfaces then.
+    clock = None
     base = dict(os.environ)
     base.update(config.env)
     base["DLTRACE_RUN_DIR"] = str(run_dir)
     base["DLTRACE_TRACER"] = config.tracer
-    if clock is not None:
-        base["DLTRACE_CLOCK_SERVER"] = f"127.0.0.1:{clock.port}"
+    base["PYTHONUNBUFFERED"] = "1"
+    if config.tracer == "builtin":
+        clock = ClockServer(host="127.0.0.1" if local else "0.0.0.0").start()
+        host = "127.0.0.1" if local else socket.gethostname()
+        base["DLTRACE_CLOCK_SERVER"] = f"{host}:{clock.port}"
+    if config.launcher in ("mpirun", "srun"):
+        # torch.distributed's env:// rendezvous, for DDP scripts started by MPI or Slurm
+        base.setdefault("MASTER_ADDR", socket.gethostname())
+        base.setdefault("MASTER_PORT", str(port))
 
     info: dict[str, Any] = {
         "name": run_dir.name,
@@ -187,7 +234,7 @@ def run(config: LaunchConfig) -> LaunchResult:
     procs: dict[int, subprocess.Popen[bytes]] = {}
     if outer is None:
         for rank in range(config.nprocs):
-            env = dict(base, PYTHONUNBUFFERED="1")
+            env = dict(base)
             for provider in providers:
                 env.update(provider.env(rank, config.nprocs))
             procs[rank] = subprocess.Popen(
@@ -197,8 +244,7 @@ def run(config: LaunchConfig) -> LaunchResult:
             output.pump(procs[rank].stdout, sys.stdout, f"[rank {rank}] ")  # type: ignore[arg-type]
             output.pump(procs[rank].stderr, sys.stderr, f"[rank {rank}] ")  # type: ignore[arg-type]
     else:
-        env = dict(base, PYTHONUNBUFFERED="1")
-        procs[-1] = subprocess.Popen(outer, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        procs[-1] = subprocess.Popen(outer, env=base, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      start_new_session=True)
         output.pump(procs[-1].stdout, sys.stdout, f"[{config.launcher}] ")  # type: ignore[arg-type]
         output.pump(procs[-1].stderr, sys.stderr, f"[{config.launcher}] ")  # type: ignore[arg-type]
