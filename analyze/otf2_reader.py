@@ -37,7 +37,8 @@ def _location_kind(location: Any) -> str:
     except (KeyError, TypeError, IndexError):
         kind = None
     if kind is not None:
-        return "comm_lane" if str(kind) == "comm_lane" else "cpu_thread"
+        # our archives: main/thread are CPU threads; lanes and imported timelines are not
+        return {"comm_lane": "comm_lane", "timeline": "timeline"}.get(str(kind), "cpu_thread")
     t = location.type
     if t == LocationType.CPU_THREAD:
         return "cpu_thread"

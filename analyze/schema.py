@@ -94,7 +94,7 @@ LOCATIONS = _t(
     ("rank", "INTEGER", "rank of the owning process (its location group, in definition order)"),
     ("thread", "INTEGER", "index within the rank, by location id; 0 is the main thread"),
     ("name", "VARCHAR", "location name"),
-    ("kind", "VARCHAR", "cpu_thread, comm_lane, accelerator_stream, gpu, metric or unknown"),
+    ("kind", "VARCHAR", "cpu_thread, comm_lane, timeline (imported, e.g. Horovod's), accelerator_stream, metric or unknown"),
     ("is_main", "BOOLEAN", "the rank's main thread, on which steps and phases are computed"),
     ("events", "BIGINT", "events read on this location"),
 )

@@ -199,6 +199,7 @@ def _rank(spill: RankSpill, defs: _Defs) -> tuple[RankSpec, RankSummary]:
     last_t = int(max(times.max(initial=0), ends.max(initial=0))) if len(recs) else None
 
     threads = meta.get("threads", ["main thread"])
+    kinds = meta.get("thread_kinds", ["main"] + ["thread"] * (len(threads) - 1))
     locations: list[LocationSpec] = []
     steps = closed = bad = 0
     on_thread = np.isin(recs["kind"], (Kind.ENTER, Kind.LEAVE, Kind.COLL_END))
@@ -211,7 +212,8 @@ def _rank(spill: RankSpill, defs: _Defs) -> tuple[RankSpec, RankSummary]:
         closed += n_closed
         bad += n_bad
         name = threads[loc] if loc < len(threads) else f"thread {loc}"
-        locations.append(LocationSpec(spill.rank, loc, name, "main" if loc == 0 else "thread", stream))
+        kind = "main" if loc == 0 else (kinds[loc] if loc < len(kinds) else "thread")
+        locations.append(LocationSpec(spill.rank, loc, name, kind, stream))
     first_lane = max(len(threads), max((loc.index for loc in locations), default=0) + 1)
     for index, stream in _lanes(recs[recs["kind"] == Kind.ASYNC_COLL], first_lane):
         locations.append(LocationSpec(spill.rank, index, f"comm lane {index - first_lane}",

@@ -40,6 +40,7 @@ class Recorder:
         self.comm_defs: list[dict[str, object]] = []
         self._locs: dict[int, int] = {threading.main_thread().ident or 0: 0}
         self.thread_names: list[str] = ["main thread"]
+        self.loc_kinds: list[str] = ["main"]
         self._stacks: list[list[int]] = [[]]
         self._step = self.region_id(events.STEP)
         self._step_open = False
@@ -87,9 +88,26 @@ class Recorder:
                 loc = len(self.thread_names)
                 self._locs[ident] = loc
                 self.thread_names.append(f"thread {threading.current_thread().name}")
+                self.loc_kinds.append("thread")
                 self._stacks.append([])
                 self._defs_changed = True
         return loc
+
+    def named_loc(self, name: str, kind: str = "timeline") -> int:
+        """A location not bound to a thread, for activities imported from another clock-aligned
+        source (Horovod's timeline). Fill it with :meth:`interval`, in time order."""
+        with self._lock:
+            loc = len(self.thread_names)
+            self.thread_names.append(name)
+            self.loc_kinds.append(kind)
+            self._stacks.append([])
+            self._defs_changed = True
+        return loc
+
+    def interval(self, loc: int, rid: int, start: int, end: int) -> None:
+        """A complete region instance on a named location (never opens a step)."""
+        self._emit_enter(loc, rid, start)
+        self._emit_leave(loc, rid, end)
 
     # -- regions ------------------------------------------------------------------------
     def enter(self, rid: int, t: int | None = None) -> None:

@@ -131,6 +131,7 @@ class Tracer(Recorder):
         meta["regions"] = list(self.region_defs)
         meta["comms"] = list(self.comm_defs)
         meta["threads"] = list(self.thread_names)
+        meta["thread_kinds"] = list(self.loc_kinds)
         meta["records_appended"] = self.buffer.appended
         meta["records_dropped"] = self.buffer.dropped
         meta["steps_opened"] = self.steps_opened

@@ -139,3 +139,12 @@ def test_user_region_marker_with_and_without_a_recorder() -> None:
         recorder.install(None)
     assert names(rec.log) == ["enter:dltrace.step", "enter:data_aug", "leave:data_aug",
                               "enter:decorated", "leave:decorated"]
+
+
+def test_named_locations_take_complete_intervals() -> None:
+    rec = Log()
+    loc = rec.named_loc("horovod: grad.0", kind="timeline")
+    rid = rec.region_id("horovod.NEGOTIATE_ALLREDUCE")
+    rec.interval(loc, rid, 5, 9)
+    assert rec.log == [("enter", loc, "horovod.NEGOTIATE_ALLREDUCE"), ("leave", loc, "horovod.NEGOTIATE_ALLREDUCE")]
+    assert rec.loc_kinds[loc] == "timeline" and rec.steps_opened == 0
