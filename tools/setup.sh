@@ -49,7 +49,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$key" ]; then
     "$py" -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
     # torch first and alone: 2.13.0 is the CPU build on this disk (other versions pull CUDA builds)
     "$py" -m pip install -q "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
-    "$py" -m pip install -q -e ".[torch,tensorflow,dev]" 2>&1 | grep -v "is ignored" || true
+    "$py" -m pip install -q -e ".[torch,tensorflow,horovod,dev]" 2>&1 | grep -v "is ignored" || true
     "$py" -c 'import torch, tensorflow, numpy, pandas, plotnine, duckdb, otf2' 2>/dev/null || {
         say "error: the Python packages did not install; see the pip output above" >&2; exit 1; }
     echo "$key" > "$stamp"
