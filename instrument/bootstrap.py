@@ -20,6 +20,8 @@ process dies of the signal) or SIGINT.
 from __future__ import annotations
 
 import atexit
+import functools
+import importlib
 import os
 import runpy
 import signal
@@ -114,16 +116,22 @@ def _versions() -> dict[str, str]:
     return out
 
 
+# A module the training script may import -> the hook module (under instrument.hooks) whose
+# ``install(recorder, module)`` attaches to it right after that import. Add a framework here.
+HOOKS: dict[str, str] = {
+    "torch": "torch_ddp",
+}
+
+
 def install_hooks(rec: recorder.Recorder) -> PostImportHooks:
     """Attach framework hooks as the script imports the frameworks."""
     hooks = PostImportHooks()
 
-    def on_torch(torch: ModuleType) -> None:
-        from instrument.hooks import torch_ddp
+    def attach(hook_module: str, module: ModuleType) -> None:
+        importlib.import_module(f"instrument.hooks.{hook_module}").install(rec, module)
 
-        torch_ddp.install(rec, torch)
-
-    hooks.on("torch", on_torch)
+    for name, hook_module in HOOKS.items():
+        hooks.on(name, functools.partial(attach, hook_module))
     return hooks
 
 
