@@ -51,6 +51,36 @@ def label(cover: np.ndarray) -> np.ndarray:
     return np.select(conditions, choices, default=_CODE[Phase.COMPUTE])
 
 
+def labelled_bounds(
+    seg_start: np.ndarray, seg_end: np.ndarray, seg_level: np.ndarray, extra_bounds: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(bounds, codes): sorted boundaries and the phase code of each [bounds[i], bounds[i+1])."""
+    keep = seg_end > seg_start
+    seg_start, seg_end, seg_level = seg_start[keep], seg_end[keep], seg_level[keep]
+    bounds = np.unique(np.concatenate([seg_start, seg_end, extra_bounds]))
+    if len(bounds) < 2:
+        return bounds, np.zeros(0, dtype=np.int64)
+    cover = np.zeros((N_LEVELS, len(bounds) - 1), dtype=bool)
+    for level in range(N_LEVELS):
+        mine = seg_level == level
+        if not mine.any():
+            continue
+        delta = np.zeros(len(bounds) + 1, dtype=np.int64)
+        np.add.at(delta, np.searchsorted(bounds, seg_start[mine]), 1)
+        np.add.at(delta, np.searchsorted(bounds, seg_end[mine]), -1)
+        cover[level] = np.cumsum(delta)[: len(bounds) - 1] > 0
+    return bounds, label(cover)
+
+
+def _step_of(left: np.ndarray, step_start: np.ndarray, step_end: np.ndarray) -> np.ndarray:
+    """Index of the step containing each elementary interval starting at ``left``, or -1."""
+    order = np.argsort(step_start)
+    pos = np.searchsorted(step_start[order], left, side="right") - 1
+    step = np.where(pos >= 0, order[np.clip(pos, 0, None)], -1)
+    inside = (step >= 0) & (left < step_end[np.clip(step, 0, None)])
+    return np.where(inside, step, -1)
+
+
 def sweep(
     seg_start: np.ndarray, seg_end: np.ndarray, seg_level: np.ndarray,
     step_start: np.ndarray, step_end: np.ndarray,
@@ -63,37 +93,44 @@ def sweep(
     out = np.zeros((n_steps, len(PHASES)), dtype=np.int64)
     if n_steps == 0:
         return out
-    keep = seg_end > seg_start
-    seg_start, seg_end, seg_level = seg_start[keep], seg_end[keep], seg_level[keep]
-    bounds = np.unique(np.concatenate([seg_start, seg_end, step_start, step_end]))
-    if len(bounds) < 2:
+    bounds, codes = labelled_bounds(seg_start, seg_end, seg_level, np.concatenate([step_start, step_end]))
+    if len(codes) == 0:
         return out
-    cover = np.zeros((N_LEVELS, len(bounds) - 1), dtype=bool)
-    for level in range(N_LEVELS):
-        mine = seg_level == level
-        if not mine.any():
-            continue
-        delta = np.zeros(len(bounds) + 1, dtype=np.int64)
-        np.add.at(delta, np.searchsorted(bounds, seg_start[mine]), 1)
-        np.add.at(delta, np.searchsorted(bounds, seg_end[mine]), -1)
-        cover[level] = np.cumsum(delta)[: len(bounds) - 1] > 0
-    codes = label(cover)
-    left = bounds[:-1]
-    duration = np.diff(bounds)
-    order = np.argsort(step_start)
-    pos = np.searchsorted(step_start[order], left, side="right") - 1
-    valid = pos >= 0
-    step = np.where(valid, order[np.clip(pos, 0, None)], -1)
-    valid &= left < step_end[np.clip(step, 0, None)]
+    step = _step_of(bounds[:-1], step_start, step_end)
+    valid = step >= 0
     flat = step[valid] * len(PHASES) + codes[valid]
-    out += np.bincount(flat, weights=duration[valid], minlength=n_steps * len(PHASES)).astype(
+    out += np.bincount(flat, weights=np.diff(bounds)[valid], minlength=n_steps * len(PHASES)).astype(
         np.int64).reshape(n_steps, len(PHASES))
     return out
 
 
-def _segments(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """All segments of all ranks: rank, start, end, level."""
+def sweep_intervals(
+    seg_start: np.ndarray, seg_end: np.ndarray, seg_level: np.ndarray,
+    step_start: np.ndarray, step_end: np.ndarray,
+) -> pd.DataFrame:
+    """The phase timeline inside the steps: start_ns, end_ns, phase, step (index into the
+    step arrays), with adjacent pieces of the same phase and step merged."""
+    bounds, codes = labelled_bounds(seg_start, seg_end, seg_level, np.concatenate([step_start, step_end]))
+    if len(codes) == 0:
+        return pd.DataFrame({"start_ns": [], "end_ns": [], "phase": [], "step": []})
+    step = _step_of(bounds[:-1], step_start, step_end)
+    keep = step >= 0
+    left, right, codes, step = bounds[:-1][keep], bounds[1:][keep], codes[keep], step[keep]
+    # a new run starts where the phase or the step changes, or where there is a gap
+    new = np.ones(len(codes), dtype=bool)
+    new[1:] = (codes[1:] != codes[:-1]) | (step[1:] != step[:-1]) | (left[1:] != right[:-1])
+    starts = np.flatnonzero(new)
+    ends = np.append(starts[1:], len(codes)) - 1
+    return pd.DataFrame({"start_ns": left[starts], "end_ns": right[ends],
+                         "phase": [str(PHASES[c]) for c in codes[starts]], "step": step[starts]})
+
+
+def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | None = None) -> pd.DataFrame:
+    """All segments of all ranks: rank, start, end, level; only those overlapping [t0, t1]
+    when given (the timeline of a few steps of a long run)."""
     compute = ", ".join(f"'{c}'" for c in COMPUTE_CATEGORIES)
+    lo = -(1 << 62) if t0 is None else int(t0)
+    hi = (1 << 62) if t1 is None else int(t1)
     main = con.execute(f"""
         SELECT i.rank, i.start_ns, i.end_ns, r.category, r.name,
                (SELECT c.op FROM collectives c WHERE c.location_id = i.location_id
@@ -101,6 +138,7 @@ def _segments(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         FROM intervals i JOIN regions r USING (region_id) JOIN locations l USING (location_id)
         WHERE l.is_main AND r.category IN ('{Category.COLLECTIVE}', '{Category.P2P}',
               '{Category.OVERHEAD}', '{Category.RUNTIME}', '{Category.WAIT}', {compute})
+          AND i.end_ns >= {lo} AND i.start_ns <= {hi}
     """).df()
     level = np.full(len(main), COMPUTE, dtype=np.int64)
     cat = main["category"].to_numpy()
@@ -117,8 +155,9 @@ def _segments(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     parts = [pd.DataFrame({"rank": main["rank"], "start": main["start_ns"], "end": main["end_ns"],
                            "level": level})]
 
-    colls = con.execute("""
+    colls = con.execute(f"""
         SELECT rank, is_async, op, enter_ns, leave_ns, enter_ns + wait_ns AS wait_end FROM collectives
+        WHERE leave_ns >= {lo} AND enter_ns <= {hi}
     """).df()
     if len(colls):
         asy = colls["is_async"].to_numpy()
@@ -129,9 +168,10 @@ def _segments(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         parts.append(pd.DataFrame({  # async only: sync ones are covered by their regions
             "rank": colls["rank"][asy], "start": colls["enter_ns"][asy], "end": colls["leave_ns"][asy],
             "level": np.where(ar[asy], ASYNC_ALLREDUCE, ASYNC_OTHER)}))
-    waits = con.execute("""
+    waits = con.execute(f"""
         SELECT p.rank, p.enter_ns, p.enter_ns + p.wait_ns AS wait_end
-        FROM p2p p JOIN locations l USING (location_id) WHERE l.is_main AND p.wait_ns > 0
+        FROM p2p p JOIN locations l USING (location_id)
+        WHERE l.is_main AND p.wait_ns > 0 AND p.leave_ns >= {lo} AND p.enter_ns <= {hi}
     """).df()
     if len(waits):
         parts.append(pd.DataFrame({"rank": waits["rank"], "start": waits["enter_ns"],
@@ -141,7 +181,7 @@ def _segments(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 def build_phases(con: duckdb.DuckDBPyConnection) -> None:
     steps = con.execute("SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, step").df()
-    segs = _segments(con)
+    segs = segments(con)
     rows = []
     seg_by_rank = dict(tuple(segs.groupby("rank"))) if len(segs) else {}
     for rank, st in steps.groupby("rank"):

@@ -1,0 +1,213 @@
+"""Tables the figures are drawn from: each function takes a run's connection, returns a DataFrame.
+
+All numbers the report shows come from here (the figure builders in ``reports/`` only draw).
+Times are in milliseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from analyze.phases import PHASES, segments, sweep_intervals
+
+NS_PER_MS = 1e6
+
+
+@dataclass
+class RunLabel:
+    name: str
+    framework: str | None
+    ranks: int
+    params: dict[str, Any]
+
+    @property
+    def batch_size(self) -> Any:
+        return self.params.get("batch_size")
+
+    def title(self) -> str:
+        parts = [self.name, self.framework or "unknown framework", f"{self.ranks} ranks"]
+        if self.batch_size is not None:
+            parts.append(f"batch {self.batch_size}")
+        return " · ".join(parts)
+
+    def short(self) -> str:
+        fw = self.framework or "?"
+        bs = f", bs {self.batch_size}" if self.batch_size is not None else ""
+        return f"{self.name}\n{fw}, np {self.ranks}{bs}"
+
+
+def run_label(con: duckdb.DuckDBPyConnection) -> RunLabel:
+    name, framework, ranks, params = con.execute(
+        "SELECT run_name, framework, ranks, params FROM runs").fetchone()  # type: ignore[misc]
+    return RunLabel(name, framework, int(ranks), json.loads(params) if params else {})
+
+
+def step_phases(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """rank, step, phase, ms: every step of every rank."""
+    return con.execute("""
+        SELECT rank, step, phase, duration_ns / 1e6 AS ms FROM phases ORDER BY rank, step, phase
+    """).df()
+
+
+def steady_steps(n_steps: int) -> tuple[int, int]:
+    """The steps that represent steady state: the first step (and, in longer runs, the
+    first tenth) is warm-up. Returns a half-open range."""
+    if n_steps <= 1:
+        return 0, n_steps
+    return max(1, n_steps // 10), n_steps
+
+
+def breakdown(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """One row per phase: mean ms per step over steady-state steps and all ranks."""
+    n = con.execute("SELECT max(step) + 1 FROM steps").fetchone()[0] or 0  # type: ignore[index]
+    a, b = steady_steps(int(n))
+    df = con.execute("""
+        SELECT phase, sum(duration_ns) / 1e6 / count(DISTINCT (rank, step)) AS ms
+        FROM phases WHERE step >= $a AND step < $b GROUP BY phase
+    """, {"a": a, "b": b}).df()
+    df["steps"] = f"{a}-{b - 1}" if b > a else ""
+    return df
+
+
+def default_window(con: duckdb.DuckDBPyConnection, count: int = 3) -> tuple[int, int]:
+    """A few steady-state steps after warm-up (half-open)."""
+    n = int(con.execute("SELECT coalesce(max(step) + 1, 0) FROM steps").fetchone()[0])  # type: ignore[index]
+    a, b = steady_steps(n)
+    return a, min(b, a + count)
+
+
+@dataclass
+class Timeline:
+    bars: pd.DataFrame  # rank, start_ms, end_ms, phase
+    steps: pd.DataFrame  # rank, step, start_ms, end_ms
+    window: tuple[int, int]  # steps shown, half-open
+    origin_ns: int  # 0 ms on the x axis
+    intervals: int  # phase intervals in the window before any aggregation
+    bin_ms: float | None  # set when bars are aggregated into bins
+
+    @property
+    def note(self) -> str | None:
+        if self.bin_ms is None:
+            return None
+        return (f"aggregated: {self.intervals:,} phase intervals shown as the dominant phase "
+                f"of each {self.bin_ms:.3g} ms bin")
+
+
+def timeline(
+    con: duckdb.DuckDBPyConnection, steps: tuple[int, int] | None = None, max_bars: int = 20_000,
+    bins: int = 1500,
+) -> Timeline:
+    """Phase intervals of every rank for the steps ``steps`` (half-open; default: a few
+    steady-state steps). Above ``max_bars`` intervals, each rank's time is cut into ``bins``
+    equal bins drawn as their dominant phase, so a million intervals still render quickly."""
+    window = steps or default_window(con)
+    st = con.execute("""SELECT rank, step, start_ns, end_ns FROM steps
+                        WHERE step >= $a AND step < $b ORDER BY rank, step""",
+                     {"a": window[0], "b": window[1]}).df()
+    if st.empty:
+        raise ValueError(f"no steps {window[0]}:{window[1]} in this run")
+    t0, t1 = int(st["start_ns"].min()), int(st["end_ns"].max())
+    segs = segments(con, t0, t1)
+    parts = []
+    for rank, rs in st.groupby("rank"):
+        s = segs[segs["rank"] == rank]
+        iv = sweep_intervals(s["start"].to_numpy(np.int64), s["end"].to_numpy(np.int64),
+                             s["level"].to_numpy(np.int64), rs["start_ns"].to_numpy(np.int64),
+                             rs["end_ns"].to_numpy(np.int64))
+        iv["rank"] = rank
+        parts.append(iv)
+    bars = pd.concat(parts, ignore_index=True)
+    n_intervals = len(bars)
+    bin_ms = None
+    if n_intervals > max_bars:
+        bars, bin_ns = _binned(bars, t0, t1, bins)
+        bin_ms = bin_ns / NS_PER_MS
+    out = pd.DataFrame({
+        "rank": bars["rank"].astype(int),
+        "start_ms": (bars["start_ns"] - t0) / NS_PER_MS,
+        "end_ms": (bars["end_ns"] - t0) / NS_PER_MS,
+        "phase": pd.Categorical(bars["phase"], categories=[str(p) for p in PHASES]),
+    })
+    steps_ms = pd.DataFrame({"rank": st["rank"].astype(int), "step": st["step"].astype(int),
+                             "start_ms": (st["start_ns"] - t0) / NS_PER_MS,
+                             "end_ms": (st["end_ns"] - t0) / NS_PER_MS})
+    return Timeline(out, steps_ms, window, t0, n_intervals, bin_ms)
+
+
+def _binned(bars: pd.DataFrame, t0: int, t1: int, bins: int) -> tuple[pd.DataFrame, float]:
+    """Per rank and bin, the phase covering most of the bin; runs of equal bins merged."""
+    width = max(1.0, (t1 - t0) / bins)
+    codes = {str(p): i for i, p in enumerate(PHASES)}
+    out = []
+    for rank, b in bars.groupby("rank"):
+        cover = np.zeros((len(PHASES), bins + 1))
+        s = (b["start_ns"].to_numpy() - t0) / width
+        e = (b["end_ns"].to_numpy() - t0) / width
+        c = b["phase"].map(codes).to_numpy()
+        for code in range(len(PHASES)):
+            m = c == code
+            if m.any():
+                cover[code] = _coverage(s[m], e[m], bins + 1)
+        covered = cover.sum(axis=0) > 0
+        dominant = cover.argmax(axis=0)
+        idx = np.flatnonzero(covered)
+        if len(idx) == 0:
+            continue
+        new = np.ones(len(idx), dtype=bool)
+        new[1:] = (dominant[idx[1:]] != dominant[idx[:-1]]) | (idx[1:] != idx[:-1] + 1)
+        starts = idx[new]
+        ends = np.append(idx[np.flatnonzero(new)[1:] - 1], idx[-1]) + 1
+        out.append(pd.DataFrame({
+            "rank": rank, "start_ns": t0 + starts * width, "end_ns": np.minimum(t0 + ends * width, t1),
+            "phase": [str(PHASES[k]) for k in dominant[starts]]}))
+    return pd.concat(out, ignore_index=True), width
+
+
+def _coverage(s: np.ndarray, e: np.ndarray, n: int) -> np.ndarray:
+    """Length of [s, e) (in bin units) falling into each of ``n`` unit bins."""
+    # the integral of the indicator up to x is, summed over intervals, clip(x - s, 0, e - s)
+    edges = np.arange(n + 1, dtype=float)
+    order_s, order_e = np.sort(s), np.sort(e)
+
+    def integral(x: np.ndarray) -> np.ndarray:
+        # sum_i max(0, min(x, e_i) - s_i) = sum over started (x - s_i) - sum over ended (x - e_i)
+        ks = np.searchsorted(order_s, x, side="right")
+        ke = np.searchsorted(order_e, x, side="right")
+        cs = np.concatenate([[0.0], np.cumsum(order_s)])
+        ce = np.concatenate([[0.0], np.cumsum(order_e)])
+        return (x * ks - cs[ks]) - (x * ke - ce[ke])
+
+    return np.diff(integral(edges))
+
+
+def collective_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """One row per collective instance per rank: op, rank, seq, wait_ms, and whether this
+    rank arrived last (the straggler everyone waited for)."""
+    return con.execute("""
+        WITH c AS (
+            SELECT *, max(enter_ns) OVER (PARTITION BY comm_id, seq) AS last_enter,
+                      count(*) OVER (PARTITION BY comm_id, seq) AS n
+            FROM collectives
+        )
+        SELECT op, rank, comm_id, seq, wait_ns / 1e6 AS wait_ms, transfer_ns / 1e6 AS transfer_ms,
+               enter_ns = last_enter AND n > 1 AS arrived_last
+        FROM c ORDER BY op, comm_id, seq, rank
+    """).df()
+
+
+def stragglers(waits: pd.DataFrame) -> pd.DataFrame:
+    """op, rank, times_last: how often each rank was the last to arrive, per op."""
+    last = waits[waits["arrived_last"]]
+    counts = last.groupby(["op", "rank"]).size().rename("times_last").reset_index()
+    ranks = sorted(waits["rank"].unique())
+    ops = sorted(waits["op"].unique())
+    full = pd.MultiIndex.from_product([ops, ranks], names=["op", "rank"]).to_frame(index=False)
+    out = full.merge(counts, on=["op", "rank"], how="left").fillna({"times_last": 0})
+    out["times_last"] = out["times_last"].astype(int)
+    return out
