@@ -40,6 +40,38 @@ def _cmd_phases(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _report_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "report", help="figures of one or more runs as a multi-page PDF",
+        description="Build (or reuse) each RUN's database and write a PDF: the bottleneck "
+        "comparison of all runs, then per run its timeline, per-step breakdown and collective "
+        "waits.")
+    p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directories or archives")
+    p.add_argument("-o", "--output", type=Path, default=Path("reports/report.pdf"),
+                   help="the PDF to write (default reports/report.pdf)")
+    p.add_argument("--steps", metavar="A:B",
+                   help="timeline window: steps A to B-1 (default: a few steps after warm-up)")
+    p.add_argument("--png", action="store_true", help="also write one PNG per page beside the PDF")
+    p.add_argument("--force", action="store_true", help="rebuild the databases")
+    p.add_argument("--step-region", metavar="NAME",
+                   help="region that delimits steps when a trace has no step markers")
+    p.set_defaults(func=_cmd_report)
+
+
+def _cmd_report(ns: argparse.Namespace) -> int:
+    from reports.report import build_report, parse_steps  # plotnine loads only for reports
+
+    steps = parse_steps(ns.steps) if ns.steps else None
+    report = build_report(ns.runs, ns.output, steps=steps, png=ns.png, force=ns.force,
+                          step_region=ns.step_region)
+    for note in report.notes:
+        print(f"note: {note}")
+    print(f"report written: {_display(report.pdf)}  ({len(report.pages)} pages)")
+    for png in report.pngs:
+        print(f"  {_display(png)}")
+    return 0
+
+
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
@@ -51,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="analyze", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     _phases_parser(sub)
+    _report_parser(sub)
     return parser
 
 

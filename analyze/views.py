@@ -202,7 +202,8 @@ def collective_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 
 def stragglers(waits: pd.DataFrame) -> pd.DataFrame:
-    """op, rank, times_last: how often each rank was the last to arrive, per op."""
+    """op, rank, times_last, instances: how often each rank was the last to arrive, out of
+    how many instances of the op (distinct communicator and sequence number)."""
     last = waits[waits["arrived_last"]]
     counts = last.groupby(["op", "rank"]).size().rename("times_last").reset_index()
     ranks = sorted(waits["rank"].unique())
@@ -210,4 +211,6 @@ def stragglers(waits: pd.DataFrame) -> pd.DataFrame:
     full = pd.MultiIndex.from_product([ops, ranks], names=["op", "rank"]).to_frame(index=False)
     out = full.merge(counts, on=["op", "rank"], how="left").fillna({"times_last": 0})
     out["times_last"] = out["times_last"].astype(int)
+    instances = waits.drop_duplicates(["op", "comm_id", "seq"]).groupby("op").size()
+    out["instances"] = out["op"].map(instances).astype(int)
     return out

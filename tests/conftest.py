@@ -44,3 +44,22 @@ def instrument_run(out: Path, *args: str, name: str = "t", timeout: float = 600,
 @pytest.fixture(scope="session")
 def scorep_fixtures() -> Path:
     return SCOREP_FIXTURES
+
+
+DDP_STEPS = 4
+
+
+@pytest.fixture(scope="session")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One output directory for the multi-rank runs of a test session."""
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="session")
+def ddp_run(runs_dir: Path) -> Run:
+    """A traced 2-rank run of runs/ddp_resnet.py (DDP_STEPS steps), shared by the tests that
+    read it (instrument, analyze and report tests)."""
+    run = instrument_run(runs_dir, "-np", "2", "runs/ddp_resnet.py", "--steps", str(DDP_STEPS),
+                         "--batch-size", "16", name="ddp")
+    assert run.proc.returncode == 0, run.output
+    return run

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 import analyze
+from tests.conftest import DDP_STEPS as STEPS
 from tests.conftest import Run, instrument_run
 
 pytestmark = pytest.mark.slow
-STEPS = 4
 
 
 def gradient_bytes(run: Run) -> int:
@@ -30,16 +30,13 @@ def losses(run: Run) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def out(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("runs")
+def out(runs_dir: Path) -> Path:
+    return runs_dir
 
 
 @pytest.fixture(scope="module")
-def traced(out: Path) -> Run:
-    run = instrument_run(out, "-np", "2", "runs/ddp_resnet.py", "--steps", str(STEPS), "--batch-size", "16",
-                         name="ddp")
-    assert run.proc.returncode == 0, run.output
-    return run
+def traced(ddp_run: Run) -> Run:
+    return ddp_run
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,142 @@
+"""The figure builders: each takes tables from :mod:`analyze.views` and returns a ggplot.
+
+Pure functions: no database access, no arithmetic on the trace beyond placing labels.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+from plotnine import (
+    aes,
+    coord_flip,
+    element_blank,
+    element_text,
+    facet_wrap,
+    geom_boxplot,
+    geom_col,
+    geom_jitter,
+    geom_rect,
+    geom_segment,
+    geom_text,
+    ggplot,
+    labs,
+    scale_color_manual,
+    scale_x_continuous,
+    scale_y_continuous,
+    scale_y_reverse,
+    theme,
+)
+
+from analyze.views import RunLabel, Timeline
+from reports.theme import BASE_SIZE, HEIGHT_IN, PHASE_COLORS, PHASE_ORDER, WIDTH_IN, phase_fill, theme_dltrace
+
+
+def present_phases(phases: pd.Series, amounts: pd.Series | None = None) -> list[str]:
+    """Phases that occur (with a non-zero amount, when ``amounts`` is given), in legend order."""
+    seen = phases.astype(str) if amounts is None else phases[amounts > 0].astype(str)
+    return [p for p in PHASE_ORDER if p in set(seen)]
+
+
+def timeline(tl: Timeline, label: RunLabel) -> ggplot:
+    """Gantt chart: a row per rank, phase intervals along time, step starts marked."""
+    ranks = sorted(tl.steps["rank"].unique())
+    bars = tl.bars.assign(ymin=tl.bars["rank"] - 0.4, ymax=tl.bars["rank"] + 0.4)
+    marks = tl.steps.assign(y0=tl.steps["rank"] - 0.47, y1=tl.steps["rank"] + 0.47)
+    first = tl.steps[tl.steps["rank"] == ranks[0]]
+    tags = first.assign(x=first["start_ms"], y=ranks[0] - 0.55, text="step " + first["step"].astype(str))
+    a, b = tl.window
+    shown = f"step {a}" if b - a == 1 else f"steps {a}–{b - 1}"
+    subtitle = f"{shown}; black ticks: step starts; white: outside any step"
+    if tl.note:
+        subtitle += f"\n{tl.note}"
+    height = min(9.0, max(HEIGHT_IN - 0.6, 2.0 + 0.32 * len(ranks)))
+    return (
+        ggplot()
+        + geom_rect(bars, aes(xmin="start_ms", xmax="end_ms", ymin="ymin", ymax="ymax", fill="phase"))
+        + geom_segment(marks, aes(x="start_ms", xend="start_ms", y="y0", yend="y1"), size=0.6, color="black")
+        + geom_text(tags, aes(x="x", y="y", label="text"), size=BASE_SIZE - 3, ha="left", va="bottom")
+        + phase_fill(present_phases(tl.bars["phase"]))
+        + scale_y_reverse(breaks=ranks, labels=[f"rank {r}" for r in ranks],
+                          limits=(max(ranks) + 0.6, min(ranks) - 0.95))
+        + scale_x_continuous(expand=(0.01, 0))
+        + labs(title=label.title(), subtitle=subtitle, x=f"time since the start of step {a} [ms]")
+        + theme_dltrace()
+        + theme(figure_size=(WIDTH_IN, height), panel_grid_major_y=element_blank(),
+                axis_ticks_major_y=element_blank(), axis_title_y=element_blank())
+    )
+
+
+def step_breakdown(steps: pd.DataFrame, label: RunLabel) -> ggplot:
+    """Per rank, each step's time stacked by phase: warm-up, drift and stragglers show up."""
+    df = steps.assign(phase=pd.Categorical(steps["phase"], categories=PHASE_ORDER[::-1]))
+    n_ranks = df["rank"].nunique()
+    cols = min(4, n_ranks)
+    rows = -(-n_ranks // cols)
+    return (
+        ggplot(df, aes("step", "ms", fill="phase"))
+        + geom_col(width=0.85)
+        + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)
+        + phase_fill(present_phases(df["phase"], df["ms"]))
+        + scale_y_continuous(expand=(0, 0, 0.05, 0))
+        + labs(title=label.title(), subtitle="time per step by phase; step 0 is usually warm-up",
+               x="step", y="time [ms]")
+        + theme_dltrace()
+        + theme(figure_size=(WIDTH_IN, min(9.0, HEIGHT_IN + 1.6 * (rows - 1))))
+    )
+
+
+def bottleneck(runs: pd.DataFrame) -> ggplot:
+    """One bar per run: mean steady-state step time split by phase, runs side by side.
+
+    ``runs``: run (a label, several lines allowed), phase, ms; runs keep their order of first
+    appearance, top to bottom.
+    """
+    order = list(dict.fromkeys(runs["run"]))
+    df = runs.assign(run=pd.Categorical(runs["run"], categories=order[::-1]),
+                     phase=pd.Categorical(runs["phase"], categories=PHASE_ORDER[::-1]))
+    totals = df.groupby("run", observed=True)["ms"].sum().reset_index()
+    totals["text"] = totals["ms"].map(lambda v: f" {v:.1f} ms")
+    height = max(2.6, 1.6 + 0.6 * len(order))
+    return (
+        ggplot(df, aes("run", "ms", fill="phase"))
+        + geom_col(width=0.7)
+        + geom_text(totals, aes("run", "ms", label="text"), inherit_aes=False, ha="left",
+                    size=BASE_SIZE - 2)
+        + coord_flip()
+        + phase_fill(present_phases(df["phase"], df["ms"]))
+        + scale_y_continuous(expand=(0, 0, 0.28, 0))
+        + labs(title="Where a training step's time goes",
+               subtitle="mean over steady-state steps and ranks",
+               y="time per step [ms]")
+        + theme_dltrace()
+        + theme(figure_size=(WIDTH_IN, height), axis_title_y=element_blank(),
+                axis_text_y=element_text(size=BASE_SIZE - 2, ha="right"))
+    )
+
+
+def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLabel) -> ggplot:
+    """Per collective op and rank: the wait before each collective instance (box and points,
+    the rank everyone waited for in vermillion), and how often each rank arrived last.
+
+    ``waits``: op, rank, wait_ms, arrived_last; ``stragglers``: op, rank, times_last, instances.
+    """
+    tick = {(r.op, r.rank): f"rank {r.rank}\nlast {r.times_last}/{r.instances}"
+            for r in stragglers.itertuples()}
+    w = waits.assign(
+        who=waits["arrived_last"].map({True: "arrived last", False: "waited"}),
+        x=[tick.get((o, r), f"rank {r}") for o, r in zip(waits["op"], waits["rank"], strict=True)],
+    )
+    ops = w["op"].nunique()
+    return (
+        ggplot(w, aes("x", "wait_ms"))
+        + geom_boxplot(outlier_shape="", width=0.5, color="#555555")
+        + geom_jitter(aes(color="who"), width=0.18, height=0, size=1.2, alpha=0.8)
+        + facet_wrap("op", scales="free", ncol=min(2, ops))
+        + scale_color_manual(values={"arrived last": PHASE_COLORS["idle"], "waited": PHASE_COLORS["compute"]})
+        + labs(title=label.title(),
+               subtitle="wait for the last rank, per instance; under x: times last",
+               x=None, y="wait [ms]")
+        + theme_dltrace()
+        + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 1.4 * ((ops - 1) // 2)),
+                axis_title_x=element_blank(), legend_title=element_blank())
+    )

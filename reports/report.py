@@ -1,0 +1,146 @@
+"""``analyze report``: every figure of one or more runs, as a multi-page PDF (and PNGs).
+
+Page order: the bottleneck comparison of all runs first (the page that compares frameworks),
+then for each run its timeline, its per-step breakdown and, where it has collectives, its
+collective waits. Each run's database is built or reused exactly as ``analyze phases`` does.
+The PDF is written to a temporary file and renamed, so a failed report never leaves half a
+PDF where a previous one was.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+from matplotlib import pyplot as plt
+from matplotlib.backends.backend_pdf import PdfPages
+from plotnine import ggplot
+
+from analyze import database, views
+from analyze.database import AnalyzeError
+from analyze.views import Timeline
+from reports import figures
+
+PNG_DPI = 200
+
+
+@dataclass
+class Page:
+    slug: str  # names the PNG: <pdf stem>-<slug>.png
+    plot: ggplot
+
+
+@dataclass
+class Report:
+    pdf: Path
+    pages: list[str]  # slugs, in page order
+    pngs: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # e.g. "timeline of run-0001 aggregated"
+
+
+def _safe(name: str) -> str:
+    """A file-name fragment from a run name (which may hold quotes, spaces, any script)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "run"
+
+
+def run_pages(con: duckdb.DuckDBPyConnection, index: int, steps: tuple[int, int] | None,
+              run: str) -> tuple[views.RunLabel, list[Page], Timeline | None]:
+    """The per-run pages of one run's database (``index`` keeps slugs of equal names apart)."""
+    label = views.run_label(con)
+    tag = f"{index:02d}-{_safe(label.name)}"
+    try:
+        tl = views.timeline(con, steps)
+    except ValueError:
+        available = con.execute("SELECT min(step), max(step) FROM steps").fetchone()
+        raise AnalyzeError(
+            f"{run} has no steps {steps[0] if steps else ''}:{steps[1] if steps else ''} "
+            f"(it has steps {available[0]}-{available[1]}); choose others with --steps A:B"
+        ) from None
+    pages = [Page(f"{tag}-timeline", figures.timeline(tl, label)),
+             Page(f"{tag}-steps", figures.step_breakdown(views.step_phases(con), label))]
+    waits = views.collective_waits(con)
+    if len(waits):
+        pages.append(Page(f"{tag}-waits", figures.collective_waits(waits, views.stragglers(waits), label)))
+    return label, pages, tl
+
+
+
+def build_report(
+    runs: list[Path | str],
+    out: Path | str,
+    *,
+    steps: tuple[int, int] | None = None,
+    png: bool = False,
+    force: bool = False,
+    step_region: str | None = None,
+) -> Report:
+    """Build (or reuse) each run's database and write the report to ``out`` (a .pdf).
+
+    ``steps`` is the timeline window (half-open step range) for every run; default: a few
+    steady-state steps after warm-up. With ``png``, each page is also written as
+    ``<out stem>-<page>.png`` beside the PDF.
+    """
+    out = Path(out)
+    if out.suffix.lower() != ".pdf":
+        raise AnalyzeError(f"the report file must end in .pdf: {out}")
+    comparison = []
+    pages: list[Page] = []
+    notes: list[str] = []
+    for i, run in enumerate(runs, start=1):
+        paths = database.build(run, force=force, step_region=step_region)
+        with duckdb.connect(str(paths.db), read_only=True) as con:
+            label, mine, tl = run_pages(con, i, steps, str(run))
+            per_phase = views.breakdown(con)
+        comparison.append(per_phase.assign(run=label.short()))
+        pages += mine
+        if tl is not None and tl.note:
+            notes.append(f"{label.name}: {tl.note}")
+    pages.insert(0, Page("bottleneck", figures.bottleneck(pd.concat(comparison, ignore_index=True))))
+    pngs = write(pages, out, png)
+    return Report(out, [p.slug for p in pages], pngs, notes)
+
+
+def write(pages: list[Page], out: Path, png: bool = False) -> list[Path]:
+    """Draw ``pages`` into the PDF ``out`` (and PNGs beside it); return the PNG paths."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise AnalyzeError(f"cannot create the report directory {out.parent}: {e.strerror}") from None
+    tmp = out.with_name(f".{out.name}.tmp-{os.getpid()}")
+    pngs = []
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # plotnine's notes on saving; the figures are checked by tests
+            with PdfPages(tmp) as pdf:
+                for page in pages:
+                    fig = page.plot.draw()
+                    pdf.savefig(fig)
+                    if png:
+                        path = out.with_name(f"{out.stem}-{page.slug}.png")
+                        fig.savefig(path, dpi=PNG_DPI)
+                        pngs.append(path)
+                    plt.close(fig)
+        os.replace(tmp, out)
+    except OSError as e:
+        tmp.unlink(missing_ok=True)
+        raise AnalyzeError(f"cannot write the report {out}: {e.strerror or e}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return pngs
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``A:B`` -> (A, B): steps A to B-1, like a Python slice; ``A`` alone is step A."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
+    if not m:
+        raise AnalyzeError(f"--steps {text!r}: expected A:B (steps A to B-1) or a single step A")
+    a = int(m.group(1))
+    b = int(m.group(2)) if m.group(2) is not None else a + 1
+    if b <= a:
+        raise AnalyzeError(f"--steps {text!r}: B must be larger than A (A:B shows steps A to B-1)")
+    return a, b

@@ -1,0 +1,71 @@
+"""One look for every figure: the theme, the phase colours, the page size.
+
+Figures are 5 inches wide with 11 pt text, so that a page scaled to a paper's column width
+(about 3.3 inches) keeps text above 7 pt. Phase colours are from the Okabe-Ito palette, which
+stays distinguishable under the common colour-vision deficiencies; idle (waiting) gets the
+most alarming one. Every figure uses :func:`phase_fill`, so a phase has the same colour on
+every page and in every report.
+"""
+
+from __future__ import annotations
+
+from plotnine import (
+    element_blank,
+    element_line,
+    element_text,
+    guides,
+    guide_legend,
+    scale_fill_manual,
+    theme,
+    theme_bw,
+)
+
+WIDTH_IN = 5.0
+HEIGHT_IN = 3.4
+BASE_SIZE = 11
+NOTE_COLOR = "#444444"
+
+PHASE_ORDER = ["compute", "allreduce", "other_comm", "idle", "other"]
+PHASE_COLORS = {
+    "compute": "#0072B2",  # blue
+    "allreduce": "#E69F00",  # orange
+    "other_comm": "#009E73",  # bluish green
+    "idle": "#D55E00",  # vermillion
+    "other": "#999999",  # grey
+}
+# Short enough that all five fit in one legend row at 5 inches.
+PHASE_LABELS = {
+    "compute": "compute",
+    "allreduce": "allreduce",
+    "other_comm": "other comm.",
+    "idle": "idle (wait)",
+    "other": "other",
+}
+
+
+def phase_fill(present: list[str] | None = None) -> list:
+    """The phase fill scale and its one-row legend; ``present`` limits the legend to the
+    phases that occur (the colours never change)."""
+    breaks = [p for p in PHASE_ORDER if present is None or p in present]
+    return [
+        scale_fill_manual(values=PHASE_COLORS, breaks=breaks, labels=[PHASE_LABELS[p] for p in breaks],
+                          name="phase", drop=False),
+        guides(fill=guide_legend(nrow=1)),
+    ]
+
+
+def theme_dltrace() -> theme:
+    return theme_bw(base_size=BASE_SIZE) + theme(
+        figure_size=(WIDTH_IN, HEIGHT_IN),
+        legend_position="bottom",  # never over the data
+        legend_title=element_blank(),
+        legend_key_size=9,
+        legend_key_spacing_x=4,
+        legend_text=element_text(size=BASE_SIZE - 2),
+        plot_title=element_text(size=BASE_SIZE + 1, ha="left"),
+        plot_subtitle=element_text(size=BASE_SIZE - 2, ha="left", color=NOTE_COLOR),
+        panel_grid_minor=element_blank(),
+        panel_grid_major=element_line(color="#e5e5e5", size=0.4),
+        strip_background=element_blank(),
+        strip_text=element_text(size=BASE_SIZE - 1, ha="left"),
+    )

@@ -1,0 +1,145 @@
+"""Figure builders on small literal tables: assert on the drawn layers' data, not on pixels."""
+
+from __future__ import annotations
+
+import duckdb
+import matplotlib
+import pandas as pd
+import pytest
+from matplotlib import pyplot as plt
+
+from analyze import views
+from analyze.schema import TABLES
+from analyze.views import RunLabel, Timeline
+from reports import figures
+from reports.theme import PHASE_COLORS, PHASE_LABELS
+
+matplotlib.use("Agg")
+LABEL = RunLabel("bs64 'α'", "pytorch-ddp", 2, {"batch_size": 64})
+
+
+def drawn(plot):  # type: ignore[no-untyped-def]
+    fig = plot.draw()
+    plt.close(fig)
+    return plot
+
+
+def legend_labels(plot) -> list[str]:  # type: ignore[no-untyped-def]
+    scale = next(s for s in plot.scales if "fill" in s.aesthetics)
+    return list(scale.labels)
+
+
+def test_timeline_bars_carry_their_phase_colour_and_steps_are_marked() -> None:
+    bars = pd.DataFrame({
+        "rank": [0, 0, 0, 1, 1],
+        "start_ms": [0.0, 8.0, 9.0, 0.0, 9.5],
+        "end_ms": [8.0, 9.0, 10.0, 9.5, 10.0],
+        "phase": pd.Categorical(["compute", "idle", "allreduce", "compute", "allreduce"],
+                                categories=figures.PHASE_ORDER),
+    })
+    steps = pd.DataFrame({"rank": [0, 0, 1, 1], "step": [2, 3, 2, 3], "start_ms": [0.0, 10.0, 0.0, 10.0],
+                          "end_ms": [10.0, 20.0, 10.0, 20.0]})
+    plot = drawn(figures.timeline(Timeline(bars, steps, (2, 4), 0, len(bars), None), LABEL))
+    rects, ticks, tags = plot.layers
+    got = set(zip(rects.data["xmin"], rects.data["xmax"], rects.data["fill"], strict=True))
+    want = {(s, e, PHASE_COLORS[p]) for s, e, p in zip(bars["start_ms"], bars["end_ms"], bars["phase"], strict=True)}
+    assert got == want
+    assert len(ticks.data) == 4  # a step-start mark per rank and step
+    assert list(tags.data["label"]) == ["step 2", "step 3"]
+    assert legend_labels(plot) == ["compute", "allreduce", PHASE_LABELS["idle"]]  # only phases present
+    assert plot.labels.title == "bs64 'α' · pytorch-ddp · 2 ranks · batch 64"
+    assert "steps 2–3" in plot.labels.subtitle
+    assert plot.labels.x == "time since the start of step 2 [ms]"
+
+
+def test_timeline_says_when_it_aggregated() -> None:
+    bars = pd.DataFrame({"rank": [0], "start_ms": [0.0], "end_ms": [1.0],
+                         "phase": pd.Categorical(["compute"], categories=figures.PHASE_ORDER)})
+    steps = pd.DataFrame({"rank": [0], "step": [0], "start_ms": [0.0], "end_ms": [1.0]})
+    plot = figures.timeline(Timeline(bars, steps, (0, 1), 0, 2_000_000, 0.5), LABEL)
+    assert "aggregated: 2,000,000 phase intervals" in plot.labels.subtitle
+
+
+def test_step_breakdown_facets_ranks_and_stacks_phases() -> None:
+    rows = [(r, s, p, ms) for r in (0, 1, 2) for s in (0, 1)
+            for p, ms in (("compute", 10.0 + s), ("allreduce", 2.0), ("idle", 1.0 * r), ("other", 0.0))]
+    steps = pd.DataFrame(rows, columns=["rank", "step", "phase", "ms"])
+    plot = drawn(figures.step_breakdown(steps, LABEL))
+    assert len(plot.layout.layout) == 3  # a panel per rank
+    data = plot.layers[0].data
+    # each drawn piece: its height is its phase's ms, its colour its phase's colour
+    heights = sorted(zip(data["PANEL"].astype(int), data["x"], (data["ymax"] - data["ymin"]).round(9),
+                         data["fill"], strict=True))
+    expected = sorted((r + 1, s, ms, PHASE_COLORS[p]) for r, s, p, ms in rows if ms > 0)
+    assert [h for h in heights if h[2] > 0] == expected
+    # zero phases stay out of the legend ("other" is 0 everywhere; idle is 0 on rank 0 only)
+    assert legend_labels(plot) == ["compute", "allreduce", PHASE_LABELS["idle"]]
+
+
+def test_bottleneck_has_one_bar_per_run_split_by_phase() -> None:
+    runs = pd.DataFrame({"run": ["ddp\npytorch-ddp, np 2", "ddp\npytorch-ddp, np 2", "hvd\nhorovod, np 2",
+                                 "hvd\nhorovod, np 2"],
+                         "phase": ["compute", "idle", "compute", "allreduce"], "ms": [10.0, 2.0, 8.0, 3.0]})
+    plot = drawn(figures.bottleneck(runs))
+    bars, totals = plot.layers
+    # the first run is drawn at the top (x = 2 under coord_flip)
+    got = sorted(zip(bars.data["x"], (bars.data["ymax"] - bars.data["ymin"]), bars.data["fill"], strict=True))
+    assert got == sorted([(2.0, 10.0, PHASE_COLORS["compute"]), (2.0, 2.0, PHASE_COLORS["idle"]),
+                          (1.0, 8.0, PHASE_COLORS["compute"]), (1.0, 3.0, PHASE_COLORS["allreduce"])])
+    assert sorted(totals.data["label"].str.strip()) == ["11.0 ms", "12.0 ms"]
+    assert plot.labels.x == "time per step [ms]"  # horizontal after coord_flip
+
+
+def test_collective_waits_marks_the_straggler() -> None:
+    waits = pd.DataFrame({
+        "op": ["allreduce"] * 6 + ["bcast"] * 2,
+        "rank": [0, 1, 0, 1, 0, 1, 0, 1],
+        "comm_id": [0] * 8,
+        "seq": [0, 0, 1, 1, 2, 2, 3, 3],
+        "wait_ms": [5.0, 0.0, 7.0, 0.0, 0.0, 1.0, 0.0, 2.0],
+        "arrived_last": [False, True, False, True, True, False, True, False],
+    })
+    plot = drawn(figures.collective_waits(waits, views.stragglers(waits), LABEL))
+    assert len(plot.layout.layout) == 2  # a panel per op
+    points = plot.layers[1].data
+    assert (points["color"] == PHASE_COLORS["idle"]).sum() == 4  # the ranks that arrived last
+    axis = plot.layout.panel_params[0].x.labels  # allreduce panel: rank 1 was last twice of three
+    assert list(axis) == ["rank 0\nlast 1/3", "rank 1\nlast 2/3"]
+
+
+def test_stragglers_count_instances_per_op() -> None:
+    waits = pd.DataFrame({"op": ["allreduce"] * 4, "rank": [0, 1, 0, 1], "comm_id": [0, 0, 0, 0],
+                          "seq": [0, 0, 1, 1], "arrived_last": [True, False, True, False]})
+    got = views.stragglers(waits)
+    assert got.to_dict("records") == [{"op": "allreduce", "rank": 0, "times_last": 2, "instances": 2},
+                                      {"op": "allreduce", "rank": 1, "times_last": 0, "instances": 2}]
+
+
+def synthetic_db(n_steps: int, per_step: int) -> duckdb.DuckDBPyConnection:
+    """A database with the schema's tables: one rank, ``per_step`` alternating forward and
+    all-reduce regions per 1 ms step (built in SQL, no archive)."""
+    con = duckdb.connect()
+    for t in TABLES:
+        con.execute(t.ddl())
+    con.execute("INSERT INTO runs (run_name, ranks, params) VALUES ('big', 1, '{}')")
+    con.execute("INSERT INTO locations VALUES (0, 0, 0, 'main', 'cpu_thread', true, 0)")
+    con.execute("""INSERT INTO regions VALUES (0, 'dltrace.forward', '', 'user', 'function', 'forward', NULL, NULL),
+                   (1, 'MPI_Allreduce', '', 'mpi', 'coll_all2all', 'collective', NULL, NULL)""")
+    width = 1_000_000 // per_step
+    con.execute(f"""
+        INSERT INTO intervals SELECT 0, 0, i, NULL, 0, i % 2, i * {width}, (i + 1) * {width} - 1,
+                                     {width} - 1, {width} - 1, false
+        FROM range({n_steps * per_step}) t(i)""")
+    con.execute(f"""INSERT INTO steps SELECT 0, s, s * 1000000, (s + 1) * 1000000, 1000000, 'marker'
+                    FROM range({n_steps}) t(s)""")
+    return con
+
+
+def test_timeline_aggregates_above_max_bars() -> None:
+    con = synthetic_db(n_steps=4, per_step=200)
+    tl = views.timeline(con, (0, 4), max_bars=100, bins=50)
+    assert tl.bin_ms == pytest.approx(4.0 / 50)
+    assert tl.intervals > 100 and len(tl.bars) <= 50
+    assert tl.note and "aggregated" in tl.note
+    full = views.timeline(con, (0, 4), max_bars=10_000)
+    assert full.bin_ms is None and full.intervals == len(full.bars) > 100

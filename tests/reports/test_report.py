@@ -1,0 +1,72 @@
+"""``analyze report``: page counts read back from the PDF, PNGs, errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pypdf import PdfReader
+
+from tests.conftest import ROOT, SCOREP_FIXTURES, Run
+from tests.literal import write_literal
+
+MS = 1_000_000
+
+
+def report(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "analyze.cli", "report", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+def pages(pdf: Path) -> int:
+    return len(PdfReader(pdf).pages)
+
+
+@pytest.mark.slow
+def test_report_of_a_ddp_run_and_a_scorep_trace(ddp_run: Run, tmp_path: Path) -> None:
+    out = tmp_path / "cmp.pdf"
+    proc = report(str(ddp_run.run_dir), str(SCOREP_FIXTURES / "pipit-pingpong"), "-o", str(out), "--png")
+    assert proc.returncode == 0, proc.stderr
+    # bottleneck comparison + DDP (timeline, steps, collective waits) + ping-pong (timeline,
+    # steps; it has no collectives)
+    assert pages(out) == 1 + 3 + 2
+    assert "(6 pages)" in proc.stdout
+    pngs = sorted(p.name for p in tmp_path.glob("cmp-*.png"))
+    assert pngs == ["cmp-01-ddp-steps.png", "cmp-01-ddp-timeline.png", "cmp-01-ddp-waits.png",
+                    "cmp-02-pipit-pingpong-steps.png", "cmp-02-pipit-pingpong-timeline.png",
+                    "cmp-bottleneck.png"]
+    assert all((tmp_path / p).stat().st_size > 10_000 for p in pngs)
+
+
+@pytest.mark.slow
+def test_steps_window_and_its_errors(ddp_run: Run, tmp_path: Path) -> None:
+    ok = report(str(ddp_run.run_dir), "-o", str(tmp_path / "w.pdf"), "--steps", "1:3")
+    assert ok.returncode == 0, ok.stderr
+    assert pages(tmp_path / "w.pdf") == 4
+    for bad, words in (("3:1", "B must be larger"), ("x", "expected A:B"), ("50:52", "has no steps 50:52")):
+        proc = report(str(ddp_run.run_dir), "-o", str(tmp_path / "bad.pdf"), "--steps", bad)
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert words in proc.stderr
+    assert not (tmp_path / "bad.pdf").exists()
+
+
+def test_hostile_run_names_and_a_missing_run(tmp_path: Path) -> None:
+    run = tmp_path / "größe 'α' \"q\" $(x)"
+    write_literal(run, [(0, "dltrace.step", 0, 10 * MS), (1, "dltrace.step", 0, 12 * MS),
+                        (0, "MPI_Allreduce", 2 * MS, 4 * MS, {"op": "allreduce", "bytes": 8}),
+                        (1, "MPI_Allreduce", 3 * MS, 4 * MS, {"op": "allreduce", "bytes": 8})])
+    out = tmp_path / "out" / "r.pdf"
+    proc = report(str(run), "-o", str(out), "--png")
+    assert proc.returncode == 0, proc.stderr
+    assert pages(out) == 4
+    assert sorted(p.name for p in out.parent.glob("*.png"))[0] == "r-01-gr_e_q_x-steps.png"
+    missing = report(str(tmp_path / "nope"), "-o", str(tmp_path / "n.pdf"))
+    assert missing.returncode != 0 and "no such run directory" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+
+def test_output_must_be_a_pdf(tmp_path: Path) -> None:
+    proc = report(str(SCOREP_FIXTURES / "pipit-pingpong"), "-o", str(tmp_path / "r.png"))
+    assert proc.returncode != 0 and "must end in .pdf" in proc.stderr
