@@ -37,8 +37,10 @@ def _location_kind(location: Any) -> str:
     except (KeyError, TypeError, IndexError):
         kind = None
     if kind is not None:
-        # our archives: main/thread are CPU threads; lanes and imported timelines are not
-        return {"comm_lane": "comm_lane", "timeline": "timeline"}.get(str(kind), "cpu_thread")
+        # our archives: main/thread are CPU threads; lanes, imported timelines and the
+        # tracer's own flush location are not threads of the training
+        return {"comm_lane": "comm_lane", "timeline": "timeline", "tracer": "tracer"}.get(
+            str(kind), "cpu_thread")
     t = location.type
     if t == LocationType.CPU_THREAD:
         return "cpu_thread"

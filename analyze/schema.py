@@ -94,7 +94,7 @@ LOCATIONS = _t(
     ("rank", "INTEGER", "rank of the owning process (its location group, in definition order)"),
     ("thread", "INTEGER", "index within the rank, by location id; 0 is the main thread"),
     ("name", "VARCHAR", "location name"),
-    ("kind", "VARCHAR", "cpu_thread, comm_lane, timeline (imported, e.g. Horovod's), accelerator_stream, metric or unknown"),
+    ("kind", "VARCHAR", "cpu_thread, comm_lane, timeline (imported, e.g. Horovod's), tracer (our buffer flushes), accelerator_stream, metric or unknown"),
     ("is_main", "BOOLEAN", "the rank's main thread, on which steps and phases are computed"),
     ("events", "BIGINT", "events read on this location"),
 )
@@ -197,15 +197,159 @@ PHASES = _t(
 TABLES = (RUNS, LOCATIONS, REGIONS, COMMUNICATORS, INTERVALS, COLLECTIVES, P2P, STEPS, PHASES)
 BY_NAME = {t.name: t for t in TABLES}
 
+# --- written by `analyze compare SWEEP` into SWEEP/compare.duckdb --------------------------
+
+_CI = "95% t confidence interval over the replications"
+COMPARISON = _t(
+    "comparison", "One row per run of the sweep; steady-state means (warm-up steps excluded, as "
+    "in analyze phases). The factor levels are in `factors`; `comparison_wide` adds one column "
+    "per factor.",
+    ("run_name", "VARCHAR", "run directory name"),
+    ("config", "INTEGER", "configuration number (the design's factorial order, 1-based)"),
+    ("config_label", "VARCHAR", "the configuration's factor levels, e.g. batch_size=32, ranks=2"),
+    ("replication", "INTEGER", "replication number, 1-based"),
+    ("run_order", "INTEGER", "position in the randomized run order; NULL outside a sweep"),
+    ("factors", "JSON", "factor -> level"),
+    ("status", "VARCHAR", "ok, failed, interrupted, incomplete, no_trace or unreadable"),
+    ("framework", "VARCHAR", "from run.json"),
+    ("ranks", "INTEGER", "processes"),
+    ("samples_per_step", "BIGINT", "ranks x batch_size x accumulate; NULL without --batch-size"),
+    ("steps", "INTEGER", "steady-state steps averaged over"),
+    ("step_ms", "DOUBLE", "mean step time over steady-state steps and ranks"),
+    ("throughput_sps", "DOUBLE", "samples per second: samples_per_step / step time"),
+    ("compute_ms", "DOUBLE", "compute phase per step"),
+    ("allreduce_ms", "DOUBLE", "allreduce phase per step (communication not hidden by compute)"),
+    ("other_comm_ms", "DOUBLE", "other communication phase per step"),
+    ("comm_ms", "DOUBLE", "allreduce_ms + other_comm_ms"),
+    ("idle_ms", "DOUBLE", "idle (waiting for a late rank) per step"),
+    ("other_ms", "DOUBLE", "measurement overhead and runtime setup per step"),
+    ("allreduce_calls", "DOUBLE", "allreduce calls per step per rank"),
+    ("allreduce_bytes", "DOUBLE", "allreduce payload per step per rank"),
+    ("allreduce_transfer_ms", "DOUBLE", "summed allreduce transfer time per step (hidden or not)"),
+    ("path", "VARCHAR", "run directory"),
+)
+
+CONFIGURATIONS = _t(
+    "configurations", "One row per configuration: means over its successful replications with "
+    f"{_CI}, and speedup against the baseline (the same levels with the fewest ranks). "
+    "`configurations_wide` adds one column per factor.",
+    ("config", "INTEGER", "configuration number"),
+    ("config_label", "VARCHAR", "factor levels"),
+    ("factors", "JSON", "factor -> level"),
+    ("ranks", "INTEGER", "processes"),
+    ("n", "INTEGER", "successful replications"),
+    ("step_ms", "DOUBLE", "mean step time"),
+    ("step_ms_ci_low", "DOUBLE", _CI),
+    ("step_ms_ci_high", "DOUBLE", _CI),
+    ("throughput_sps", "DOUBLE", "mean samples per second"),
+    ("throughput_sps_ci_low", "DOUBLE", _CI),
+    ("throughput_sps_ci_high", "DOUBLE", _CI),
+    ("compute_ms", "DOUBLE", "mean compute per step"),
+    ("comm_ms", "DOUBLE", "mean visible communication per step"),
+    ("comm_ms_ci_low", "DOUBLE", _CI),
+    ("comm_ms_ci_high", "DOUBLE", _CI),
+    ("idle_ms", "DOUBLE", "mean idle per step"),
+    ("other_ms", "DOUBLE", "mean other per step"),
+    ("allreduce_transfer_ms", "DOUBLE", "mean summed allreduce transfer per step"),
+    ("speedup", "DOUBLE", "throughput / the baseline configuration's throughput"),
+    ("efficiency", "DOUBLE", "speedup / (ranks / baseline ranks)"),
+    ("baseline_config", "INTEGER", "the configuration speedup is measured against"),
+)
+
+SPEEDUPS = _t(
+    "speedups", "Speedup of every configuration against each baseline: `ranks` (fewest ranks, "
+    "other levels equal) and every baseline the design names (e.g. a CPU-only one).",
+    ("config", "INTEGER", "configuration"),
+    ("baseline", "VARCHAR", "ranks, or the design's baseline name"),
+    ("baseline_config", "INTEGER", "configuration measured against; NULL if not measured"),
+    ("speedup", "DOUBLE", "throughput ratio"),
+    ("efficiency", "DOUBLE", "speedup / (ranks / baseline ranks)"),
+)
+
+VARIATION = _t(
+    "variation", "Allocation of variation (Jain): how much of the variation of a response each "
+    "factor and interaction explains; the percentages of a response, error included, sum to 100.",
+    ("response", "VARCHAR", "step_ms or throughput_sps"),
+    ("method", "VARCHAR", "2k_r (all factors at two levels: effects from the sign table) or anova"),
+    ("term", "VARCHAR", "factor, interaction (a:b) or error"),
+    ("dof", "INTEGER", "degrees of freedom"),
+    ("effect", "DOUBLE", "2k_r: half the change the term makes (q); NULL for anova"),
+    ("effect_ci_low", "DOUBLE", "2k_r: 95% t confidence interval of the effect"),
+    ("effect_ci_high", "DOUBLE", "2k_r: 95% t confidence interval of the effect"),
+    ("ss", "DOUBLE", "sum of squares"),
+    ("percent", "DOUBLE", "100 ss / SST"),
+    ("f_value", "DOUBLE", "mean square / error mean square"),
+    ("p_value", "DOUBLE", "F test; NULL without replications"),
+)
+
+FITS = _t(
+    "fits", "Least-squares models of a response against ranks, per group of the other factors' "
+    "levels: linear a + b p and quadratic a + b p + c p^2, fitted to every run.",
+    ("response", "VARCHAR", "step_ms or comm_ms"),
+    ("group_label", "VARCHAR", "the other factors' levels"),
+    ("model", "VARCHAR", "linear or quadratic"),
+    ("intercept", "DOUBLE", "a [ms]"),
+    ("slope", "DOUBLE", "b [ms per rank]"),
+    ("quadratic", "DOUBLE", "c [ms per rank^2]; NULL for linear"),
+    ("r2", "DOUBLE", "coefficient of determination"),
+    ("n", "INTEGER", "runs fitted"),
+)
+
+ALLREDUCE_POINTS = _t(
+    "allreduce_points", "Per run and message size: the allreduce calls the cost model is fitted to.",
+    ("run_name", "VARCHAR", "run"),
+    ("config", "INTEGER", "configuration"),
+    ("ranks", "INTEGER", "processes"),
+    ("bytes", "BIGINT", "payload per rank"),
+    ("ring_bytes", "DOUBLE", "2 (p-1)/p x bytes: what each rank sends in a ring allreduce"),
+    ("calls_per_step", "DOUBLE", "calls of this size per step per rank"),
+    ("transfer_ms", "DOUBLE", "mean transfer time per call (waiting for late ranks excluded)"),
+    ("wait_ms", "DOUBLE", "mean wait for the last rank per call"),
+)
+
+ALLREDUCE_MODEL = _t(
+    "allreduce_model", "t = latency + ring_bytes / bandwidth, fitted to allreduce_points.",
+    ("latency_ms", "DOUBLE", "intercept"),
+    ("ms_per_byte", "DOUBLE", "slope"),
+    ("bandwidth_gbs", "DOUBLE", "1 / slope in GB/s (NULL if the slope is not positive)"),
+    ("r2", "DOUBLE", "coefficient of determination"),
+    ("n", "INTEGER", "points fitted"),
+)
+
+PREDICTIONS = _t(
+    "predictions", "Predictions for data a model was not fitted to: a held-out configuration, "
+    "rank count or model size (measured known), or rank counts not run (measured NULL).",
+    ("target", "VARCHAR", "allreduce_ms (allreduce time per step) or step_ms"),
+    ("holdout", "VARCHAR", "what was left out of the fit (config N, ranks=P, model=M) or extrapolation"),
+    ("config", "INTEGER", "configuration predicted (for extrapolation: the one whose messages were used)"),
+    ("ranks", "INTEGER", "rank count predicted"),
+    ("predicted_ms", "DOUBLE", "prediction"),
+    ("measured_ms", "DOUBLE", "mean over the configuration's runs; NULL for extrapolation"),
+    ("error_pct", "DOUBLE", "100 (predicted - measured) / measured"),
+    ("note", "VARCHAR", "why there is no prediction, when there is none"),
+)
+
+SWEEP_TABLES = (COMPARISON, CONFIGURATIONS, SPEEDUPS, VARIATION, FITS, ALLREDUCE_POINTS,
+                ALLREDUCE_MODEL, PREDICTIONS)
+
 
 def markdown() -> str:
     """The schema as Markdown (docs/schema.md is generated from this)."""
     out = ["# Tables written by `analyze phases`", "", __doc__.strip().split("\n\n", 1)[1], ""]
-    for t in TABLES:
-        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | meaning |", "|---|---|---|"]
-        out += [f"| `{c.name}` | {c.type} | {c.doc} |" for c in t.columns]
-        out.append("")
+    out += _markdown_tables(TABLES)
     out += ["## Categorical values", ""]
     out += [f"- `phase`: {', '.join(p.value for p in Phase)}"]
     out += [f"- `regions.category`: {', '.join(c.value for c in Category)}", ""]
+    out += ["# Tables written by `analyze compare`", "",
+            "In `SWEEP/compare.duckdb`, across the runs of a sweep (docs/experiments.md).", ""]
+    out += _markdown_tables(SWEEP_TABLES)
     return "\n".join(out)
+
+
+def _markdown_tables(tables: tuple[Table, ...]) -> list[str]:
+    out = []
+    for t in tables:
+        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | meaning |", "|---|---|---|"]
+        out += [f"| `{c.name}` | {c.type} | {c.doc} |" for c in t.columns]
+        out.append("")
+    return out

@@ -1,10 +1,12 @@
 """The tracer's in-memory event buffer: a preallocated block of fixed-size records.
 
 Appending packs one record into the next free slot (about 1.5 us in CPython, most of it the
-call itself); no OTF2 call and no allocation happens per event. When the block is full, or
-when ``flush_interval_ns`` has passed since the last flush, the filled part goes to the
-sink (the rank's spill file) and the block is reused, so memory stays at ``capacity``
-records whatever the run length.
+call itself); no OTF2 call and no allocation happens per event. When the block is full, the
+filled part goes to the sink (the rank's spill file) and the block is reused, so memory stays
+at ``capacity`` records whatever the run length. Time-based flushing is the caller's: the
+tracer's flusher thread calls :meth:`EventBuffer.flush_if_due`, so records are written within
+the flush interval even while the training thread records nothing (a long stall before a
+SIGKILL loses at most one interval).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ Sink = Callable[[memoryview], None]
 
 
 class EventBuffer:
-    """Thread-safe append-only record buffer that drains into ``sink`` when full or stale.
+    """Thread-safe append-only record buffer that drains into ``sink`` when full or due.
 
     ``sink`` receives a memoryview of whole records (valid only during the call). If the sink
     raises, the buffer keeps running: the error goes to ``on_error`` and those records are
@@ -43,7 +45,7 @@ class EventBuffer:
         self._n = 0
         self._sink = sink
         self._interval = flush_interval_ns
-        self._last_flush_t: int | None = None
+        self._oldest: int | None = None  # time of the first record not yet flushed
         self._on_error = on_error
         self._lock = threading.Lock()
         self.appended = 0
@@ -63,7 +65,7 @@ class EventBuffer:
         root: int = -1,
         op: int = 0,
     ) -> bool:
-        """Append one record; return True when this append flushed the buffer."""
+        """Append one record; return True when this append filled and flushed the buffer."""
         with self._lock:
             _RECORD.pack_into(
                 self._data, self._n * _RECORD.size,
@@ -71,27 +73,50 @@ class EventBuffer:
             )
             self._n += 1
             self.appended += 1
-            if self._last_flush_t is None:
-                self._last_flush_t = time
-            if self._n == self.capacity or (
-                self._interval is not None and time - self._last_flush_t >= self._interval
-            ):
-                self._drain(time)
+            if self._oldest is None:
+                self._oldest = time
+            if self._n == self.capacity:
+                self._drain()
                 return True
             return False
 
-    def flush(self, now: int | None = None) -> None:
+    def flush_if_due(self, now: int) -> bool:
+        """Flush when the oldest unflushed record is at least the flush interval old."""
         with self._lock:
-            self._drain(now)
+            if self._interval is None or self._oldest is None or now - self._oldest < self._interval:
+                return False
+            self._drain()
+            return True
+
+    def flush(self, timeout: float = -1) -> None:
+        """Write everything appended so far.
+
+        With a ``timeout`` (seconds; -1 waits), a lock still taken after it is assumed to
+        belong to the code a signal handler interrupted on this very thread, which will never
+        release it: the committed records are then written without the lock.
+        """
+        if self._lock.acquire(timeout=timeout):
+            try:
+                self._drain()
+            finally:
+                self._lock.release()
+        else:
+            self._drain()
+
+    def lock_free(self, timeout: float = -1) -> bool:
+        """Whether the lock can be taken (within ``timeout`` seconds; -1: wait)."""
+        if self._lock.acquire(timeout=timeout):
+            self._lock.release()
+            return True
+        return False
 
     def __len__(self) -> int:
         return self._n
 
-    def _drain(self, now: int | None) -> None:
+    def _drain(self) -> None:
         n = self._n
         self._n = 0
-        if now is not None:
-            self._last_flush_t = now
+        self._oldest = None
         if n == 0:
             return
         try:

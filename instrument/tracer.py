@@ -12,6 +12,7 @@ import os
 import platform
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -70,17 +71,28 @@ class Tracer(Recorder):
         }
         interval = None if flush_interval_s is None else int(flush_interval_s * 1e9)
         self.buffer = EventBuffer(capacity, self._sink, interval, on_error=self._disable)
+        # Flushes are recorded after the fact on a location of their own: a span inserted into
+        # a thread's records could precede events whose times were taken before the flush.
+        self._flush_spans: list[tuple[int, int]] = []
+        self._flush_loc: int | None = None
+        self._flush_lock = threading.Lock()
+        # Seconds finalize waits for the buffer lock; a signal handler sets it (see finalize).
+        self.flush_timeout_s: float = -1
         try:
             self.spill: SpillWriter | None = SpillWriter(self.run_dir / "ranks", rank)
             self._write_meta()
         except OSError as e:
             self.spill = None
             self._disable(e)
+        self._stop_flusher = threading.Event()
+        if flush_interval_s is not None:
+            threading.Thread(target=self._flush_periodically, args=(flush_interval_s,),
+                             name="dltrace-flusher", daemon=True).start()
 
     # -- emitters -----------------------------------------------------------------------
     def _append(self, t: int, kind: int, **fields: int) -> None:
         if self.enabled and self.buffer.append(t, kind, **fields):
-            self._mark_flush()
+            self._record_flushes()
 
     def _emit_enter(self, loc: int, rid: int, t: int) -> None:
         self._append(t, Kind.ENTER, region=rid, loc=loc)
@@ -108,20 +120,28 @@ class Tracer(Recorder):
         if self.spill is None:
             raise OSError("no spill file")
         t0 = self.now()
-        if self._defs_changed:
-            self._write_meta()
+        self._write_meta()  # definitions first, and current counts for a merge after a kill
         self.spill.append(raw)
-        self._last_flush_span = (t0, self.now())
+        self._flush_spans.append((t0, self.now()))
 
-    def _mark_flush(self) -> None:
-        """Record the flush that just happened as tracer overhead on the calling thread."""
-        span = getattr(self, "_last_flush_span", None)
-        if span is None or not self.enabled:
-            return
-        self._last_flush_span = None
-        loc = self.loc()
-        self.buffer.append(span[0], Kind.ENTER, region=self._flush_rid, loc=loc)
-        self.buffer.append(span[1], Kind.LEAVE, region=self._flush_rid, loc=loc)
+    def _record_flushes(self) -> None:
+        """Record the flushes done so far as ``dltrace.flush`` regions on the rank's
+        ``dltrace flushes`` location (kind ``tracer``), in time order."""
+        with self._flush_lock:
+            while self._flush_spans and self.enabled:
+                spans, self._flush_spans = self._flush_spans, []
+                if self._flush_loc is None:
+                    self._flush_loc = self.named_loc("dltrace flushes", kind="tracer")
+                for t0, t1 in spans:
+                    self.buffer.append(t0, Kind.ENTER, region=self._flush_rid, loc=self._flush_loc)
+                    self.buffer.append(t1, Kind.LEAVE, region=self._flush_rid, loc=self._flush_loc)
+
+    def _flush_periodically(self, interval_s: float) -> None:
+        """The flusher thread: spill records once they are an interval old, even while the
+        training records nothing (so a SIGKILL loses at most about one interval)."""
+        while not self._stop_flusher.wait(min(1.0, interval_s / 4)):
+            if self.enabled and self.buffer.flush_if_due(self.now()):
+                self._record_flushes()
 
     def _write_meta(self) -> None:
         if self.spill is None:
@@ -176,18 +196,27 @@ class Tracer(Recorder):
         return sample
 
     def finalize(self, status: str, detail: str | None = None) -> None:
-        """Flush all records and write the final metadata; safe to call more than once."""
+        """Flush all records and write the final metadata; safe to call more than once.
+
+        From a signal handler (``flush_timeout_s`` set), the handler may have interrupted an
+        append on this thread that holds the buffer lock: if the lock stays taken, nothing
+        more is recorded and the committed records are written without it.
+        """
         if self.meta["status"] != "running":
             return
-        self.end_steps()
-        self.sync_clock("end")
+        self._stop_flusher.set()
+        free = self.buffer.lock_free(self.flush_timeout_s)
+        if free:
+            self.end_steps()
+            self.sync_clock("end")
         self.meta["status"] = status
         self.meta["status_detail"] = detail
         self.meta["end_ns"] = self.now()
         self._defs_changed = True
-        self.buffer.flush(self.now())
-        self._mark_flush()
-        self.buffer.flush(self.now())
+        self.buffer.flush(-1 if free else 0)
+        if free:
+            self._record_flushes()
+            self.buffer.flush()
         if self.enabled:
             try:
                 self._write_meta()

@@ -24,16 +24,29 @@ def test_buffer_drains_when_full_and_keeps_order() -> None:
     assert np.concatenate(batches)["region"].tolist() == [i % 3 for i in range(40)]
 
 
-def test_buffer_flushes_after_the_interval() -> None:
+def test_buffer_flushes_when_its_oldest_record_is_an_interval_old() -> None:
     sizes: list[int] = []
     buf = EventBuffer(1000, lambda raw: sizes.append(len(raw) // 48), flush_interval_ns=100)
     for t in (0, 10, 50, 99):
         assert not buf.append(t, Kind.ENTER)
-    assert buf.append(100, Kind.LEAVE)  # 100 ns after the first record
-    assert sizes == [5]
-    assert not buf.append(150, Kind.ENTER)
-    assert buf.append(200, Kind.ENTER)
-    assert sizes == [5, 2]
+    assert not buf.flush_if_due(99)
+    assert buf.flush_if_due(100)  # 100 ns after the first record
+    assert sizes == [4]
+    assert not buf.flush_if_due(1_000)  # nothing left to write
+    buf.append(150, Kind.ENTER)
+    assert not buf.flush_if_due(249) and buf.flush_if_due(250)
+    assert sizes == [4, 1]
+
+
+def test_flush_without_the_lock_when_it_stays_taken() -> None:
+    """What a signal handler does when it interrupted an append on its own thread."""
+    written: list[int] = []
+    buf = EventBuffer(100, lambda raw: written.append(len(raw) // 48))
+    buf.append(1, Kind.ENTER)
+    buf._lock.acquire()  # the interrupted append
+    assert not buf.lock_free(0.01)
+    buf.flush(timeout=0.01)
+    assert written == [1]
 
 
 def test_failing_sink_drops_records_but_keeps_running() -> None:
