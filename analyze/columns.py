@@ -21,8 +21,10 @@ Times are converted from archive ticks to nanoseconds from the trace start by
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
@@ -45,6 +47,10 @@ NS = 1_000_000_000
 UNDEFINED_U32 = 0xFFFFFFFF
 
 
+@overload
+def ticks_to_ns(ticks: int, global_offset: int, resolution: int) -> int: ...
+@overload
+def ticks_to_ns(ticks: np.ndarray, global_offset: int, resolution: int) -> np.ndarray: ...
 def ticks_to_ns(ticks: np.ndarray | int, global_offset: int, resolution: int) -> np.ndarray | int:
     """Archive ticks -> integer ns since ``global_offset`` (floor; exact for resolution < 9.2e9)."""
     d = ticks - global_offset
@@ -118,13 +124,14 @@ class Chunk:
 class _Columns:
     """Growable column buffers for one row kind."""
 
-    def __init__(self, spec: dict[str, type]):
+    def __init__(self, spec: Mapping[str, type]):
         self.spec = spec
         self.rows: list[tuple] = []
 
     def take(self) -> dict[str, np.ndarray]:
         cols = list(zip(*self.rows, strict=True)) if self.rows else [() for _ in self.spec]
-        out = {name: np.array(col, dtype=dt) for (name, dt), col in zip(self.spec.items(), cols, strict=True)}
+        out: dict[str, np.ndarray] = {
+            name: np.array(col, dtype=dt) for (name, dt), col in zip(self.spec.items(), cols, strict=True)}
         self.rows = []
         return out
 

@@ -17,7 +17,15 @@ import otf2
 from otf2 import events as ev
 from otf2.enums import LocationGroupType, LocationType
 
-from analyze.columns import Chunk, CommDef, Definitions, IntervalBuilder, LocationDef, RegionDef, ticks_to_ns
+from analyze.columns import (
+    Chunk,
+    CommDef,
+    Definitions,
+    IntervalBuilder,
+    LocationDef,
+    RegionDef,
+    ticks_to_ns,
+)
 
 UNDEFINED_TIMESTAMP = 0xFFFFFFFFFFFFFFFF
 
@@ -118,6 +126,11 @@ def read(anchor: Path, chunk_rows: int = 500_000) -> tuple[Definitions, Iterator
 
 def _chunks(reader: Any, defs: Definitions, chunk_rows: int) -> Iterator[Chunk]:
     rank_of = {loc.location_id: loc.rank for loc in defs.locations}
+    # The OTF2 library can decode a damaged event file as an endless run of events (measured:
+    # a truncated file made it read on for ever, differently each time); a location's
+    # definition says how many events it holds.
+    declared = {loc.location_id: loc.events for loc in defs.locations}
+    seen = dict.fromkeys(declared, 0)
     b = IntervalBuilder(rank_of)
     off, res = defs.global_offset, defs.resolution
     n = 0
@@ -126,6 +139,10 @@ def _chunks(reader: Any, defs: Definitions, chunk_rows: int) -> Iterator[Chunk]:
         for location, event in reader.events:
             n += 1
             loc = location._ref
+            seen[loc] = count = seen.get(loc, 0) + 1
+            if count > declared.get(loc, 0) > 0:
+                raise ValueError(f"location {loc} holds more events than the {declared[loc]} "
+                                 "its definition declares")
             t = ticks_to_ns(event.time, off, res)
             cls = type(event)
             if cls is ev.Enter:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from instrument import events
+from instrument import events, native_writer
 from instrument.archive import ArchiveSpec, LocationSpec, RankSpec
 from instrument.events import EVENT_DTYPE, Kind, Role
 from instrument.spill import RankSpill, SpillError, ranks_present, read_rank
@@ -104,10 +104,40 @@ def _records(rows: list[tuple]) -> np.ndarray:
     return np.array(rows, dtype=EVENT_DTYPE) if rows else np.zeros(0, dtype=EVENT_DTYPE)
 
 
+def _rows(recs: np.ndarray, which: np.ndarray) -> np.ndarray:
+    """``recs[which]`` (a mask or indices) as a new array. Selecting through an opaque 48-byte
+    view copies whole records; numpy's field-by-field copy of the structured dtype is 3-4x slower."""
+    return recs.view(np.dtype((np.void, EVENT_DTYPE.itemsize)))[which].view(EVENT_DTYPE)
+
+
+def _known(recs: np.ndarray, n_regions: int) -> np.ndarray:
+    """Records not referring to a region beyond the rank's definitions (lost with a killed rank)."""
+    return ~np.isin(recs["kind"], (Kind.ENTER, Kind.LEAVE, Kind.ASYNC_COLL)) | (recs["region"] < n_regions)
+
+
+def _remap(recs: np.ndarray, region_map: np.ndarray, comm_map: np.ndarray) -> np.ndarray:
+    """The rank's region and communicator ids -> the archive's, in place; returns ``recs``."""
+    has_region = np.isin(recs["kind"], (Kind.ENTER, Kind.LEAVE, Kind.ASYNC_COLL))
+    recs["region"][has_region] = region_map[recs["region"][has_region]]
+    has_comm = (recs["comm"] >= 0) & (recs["comm"] < len(comm_map))
+    recs["comm"][has_comm] = comm_map[recs["comm"][has_comm]]
+    return recs
+
+
 def _replay_thread(
-    recs: np.ndarray, loc: int, step: int, tail: int, discard: set[int], end_t: int
+    recs: np.ndarray, loc: int, step: int, tail: int, discard: set[int], end_t: int,
+    region_map: np.ndarray, comm_map: np.ndarray,
 ) -> tuple[np.ndarray, int, int, int]:
-    """One thread's records -> (normalized stream, steps kept, regions closed, bad leaves)."""
+    """Thread ``loc``'s records among a rank's ``recs`` (with the rank's own region and
+    communicator ids, mapped by ``region_map`` and ``comm_map``) -> (normalized stream, steps
+    kept, regions closed, bad leaves). ``step`` and ``tail`` are archive region ids."""
+    native = native_writer.codec()
+    if native is not None:  # the same in C (analyze/native/replay.c), without copying the rank's records
+        stream, kept, closed, bad = native.replay_thread(
+            np.ascontiguousarray(recs), loc, step, tail, np.array(sorted(discard), dtype=np.int64), end_t,
+            np.ascontiguousarray(region_map, dtype=np.uint32), np.ascontiguousarray(comm_map, dtype=np.int32))
+        return np.frombuffer(stream, dtype=EVENT_DTYPE), kept, closed, bad
+    recs = _remap(_rows(recs, (recs["loc"] == loc) & _known(recs, len(region_map))), region_map, comm_map)
     out: list[tuple] = []
     stack: list[tuple[int, int, int]] = []  # (recorded region, written region, index in out)
     steps_seen = 0
@@ -153,6 +183,9 @@ def _lanes(recs: np.ndarray, first_index: int) -> list[tuple[int, np.ndarray]]:
     if len(recs) == 0:
         return []
     order = np.argsort(recs["time"], kind="stable")
+    native = native_writer.codec()
+    if native is not None:  # the same loop in C (analyze/native/replay.c)
+        return [(i, np.frombuffer(s, dtype=EVENT_DTYPE)) for i, s in native.lanes(_rows(recs, order), first_index)]
     lane_free: list[int] = []
     streams: list[list[tuple]] = []
     for t, end, sent, recv, region, comm, root, _loc, _kind, op in recs[order].tolist():
@@ -176,37 +209,31 @@ def _lanes(recs: np.ndarray, first_index: int) -> list[tuple[int, np.ndarray]]:
 def _rank(spill: RankSpill, defs: _Defs) -> tuple[RankSpec, RankSummary]:
     meta = spill.meta
     local_regions = meta.get("regions", [])
-    region_map = np.array(
-        [defs.region(r["name"], r["role"]) for r in local_regions] or [0], dtype=np.uint32
-    )
+    region_map = np.array([defs.region(r["name"], r["role"]) for r in local_regions], dtype=np.uint32)
     comm_map = np.array(
         [defs.comm(c["name"], c["members"]) for c in meta.get("comms", [])] or [0], dtype=np.int32
     )
-    recs = spill.records.copy()
-    known = recs["region"] < len(local_regions)
-    has_region = np.isin(recs["kind"], (Kind.ENTER, Kind.LEAVE, Kind.ASYNC_COLL))
-    recs = recs[known | ~has_region]  # records whose definitions were lost with a killed rank
-    has_region = np.isin(recs["kind"], (Kind.ENTER, Kind.LEAVE, Kind.ASYNC_COLL))
-    recs["region"][has_region] = region_map[recs["region"][has_region]]
-    has_comm = (recs["comm"] >= 0) & (recs["comm"] < len(comm_map))
-    recs["comm"][has_comm] = comm_map[recs["comm"][has_comm]]
+    # The records keep the rank's ids: the replay maps them thread by thread, without a copy
+    # of the whole rank; records whose definitions were lost with a killed rank are dropped.
+    recs = spill.records
+    rec_kind = recs["kind"]
+    known = _known(recs, len(local_regions))
 
     step = defs.region(events.STEP, Role.FUNCTION)
-    discard = {int(a) for a in recs["aux"][recs["kind"] == Kind.STEP_DISCARD]}
+    discard = {int(a) for a in recs["aux"][rec_kind == Kind.STEP_DISCARD]}
     tail = defs.region(events.TAIL, Role.FUNCTION) if discard else step
-    times = recs["time"][recs["kind"] != Kind.STEP_DISCARD]
-    ends = recs["aux"][recs["kind"] == Kind.ASYNC_COLL]
-    last_t = int(max(times.max(initial=0), ends.max(initial=0))) if len(recs) else None
+    last_t = int(max(recs["time"].max(where=known & (rec_kind != Kind.STEP_DISCARD), initial=0),
+                     recs["aux"].max(where=known & (rec_kind == Kind.ASYNC_COLL), initial=0))
+                 ) if known.any() else None
 
     threads = meta.get("threads", ["main thread"])
     kinds = meta.get("thread_kinds", ["main"] + ["thread"] * (len(threads) - 1))
     locations: list[LocationSpec] = []
     steps = closed = bad = 0
-    on_thread = np.isin(recs["kind"], (Kind.ENTER, Kind.LEAVE, Kind.COLL_END))
-    for loc in sorted(set(recs["loc"][on_thread].tolist()) | {0}):
-        mine = recs[on_thread & (recs["loc"] == loc)]
+    on_thread = known & np.isin(rec_kind, (Kind.ENTER, Kind.LEAVE, Kind.COLL_END))
+    for loc in sorted(set(np.flatnonzero(np.bincount(recs["loc"][on_thread])).tolist()) | {0}):
         stream, kept, n_closed, n_bad = _replay_thread(
-            mine, loc, step, tail, discard if loc == 0 else set(), last_t or 0
+            recs, loc, step, tail, discard if loc == 0 else set(), last_t or 0, region_map, comm_map
         )
         steps += kept if loc == 0 else 0
         closed += n_closed
@@ -215,7 +242,8 @@ def _rank(spill: RankSpill, defs: _Defs) -> tuple[RankSpec, RankSummary]:
         kind = "main" if loc == 0 else (kinds[loc] if loc < len(kinds) else "thread")
         locations.append(LocationSpec(spill.rank, loc, name, kind, stream))
     first_lane = max(len(threads), max((loc.index for loc in locations), default=0) + 1)
-    for index, stream in _lanes(recs[recs["kind"] == Kind.ASYNC_COLL], first_lane):
+    asyncs = _remap(_rows(recs, known & (rec_kind == Kind.ASYNC_COLL)), region_map, comm_map)
+    for index, stream in _lanes(asyncs, first_lane):
         locations.append(LocationSpec(spill.rank, index, f"comm lane {index - first_lane}",
                                       "comm_lane", stream))
 

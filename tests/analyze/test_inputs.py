@@ -99,10 +99,11 @@ def test_library_raises_analyze_error(tmp_path: Path) -> None:
 
 def test_unbalanced_archive_gives_truncated_intervals(tmp_path: Path) -> None:
     """A rank whose Leave records are missing (crash): intervals are closed, flagged, counted."""
+    import numpy as np
+
     from instrument.archive import ArchiveSpec, LocationSpec, RankSpec
     from instrument.events import EVENT_DTYPE, Kind
     from instrument.otf2_writer import write_archive
-    import numpy as np
 
     def rec(t: int, kind: int, region: int) -> tuple:
         return (t, 0, 0, 0, region, -1, -1, 0, kind, 0)

@@ -1,0 +1,556 @@
+/* Reader: OTF2 events of some locations -> interval, collective and message columns.
+ *
+ * Applies exactly the rules of analyze/columns.py (IntervalBuilder), location by location:
+ * each Reader owns its own OTF2_Reader over the archive and reads its locations one after
+ * the other with local event readers, which apply the archive's mapping tables and
+ * ClockOffset interpolation (otf2_evt_reader_apply_clock_correction) just as the global event
+ * reader the ``otf2`` package uses does. ``read`` runs without the GIL, so Readers over
+ * different locations work in parallel threads.
+ */
+#include "otf2native.h"
+
+#include <otf2/otf2.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if OTF2_VERSION_MAJOR < 3
+#error "dltrace's native reader needs OTF2 >= 3.0"
+#endif
+
+#define NS 1000000000ULL
+#define BATCH 65536
+#define UNDEFINED_U32 0xFFFFFFFFu
+
+/* An open region instance: the region, its idx on the location and its enter time. */
+typedef struct {
+    uint64_t region;
+    int64_t idx;
+    int64_t start;
+} Frame;
+
+typedef struct {
+    PyObject_HEAD
+    OTF2_Reader *otf2;
+    size_t nloc;
+    uint64_t *locs;
+    int32_t *ranks;
+    uint64_t *declared; /* events each location's definition declares (0: unknown) */
+    uint64_t loc_read;  /* events read on the current location */
+    OTF2_EvtReader **evt;
+    size_t cur; /* the location being read */
+    /* state of the current location */
+    Frame *stack;
+    size_t depth, stack_cap;
+    int64_t next_idx;
+    int coll_open;
+    int64_t coll_idx, coll_t;
+    int64_t last_t;
+    /* ticks -> ns */
+    uint64_t offset, resolution;
+    /* results since the last read() */
+    Table iv, co, me;
+    uint64_t events, unmatched_leaves, truncated, unmatched_coll_ends;
+    int out_of_memory;
+    int busy;
+} Reader;
+
+static const size_t IV_WIDTHS[] = {8, 4, 8, 8, 4, 8, 8, 8, 1};
+static const size_t CO_WIDTHS[] = {8, 4, 8, 8, 8, 4, 8, 8, 8, 8};
+static const size_t ME_WIDTHS[] = {8, 4, 1, 8, 8, 8, 8, 8, 8};
+
+#define COL(t, i, type) (((type *)(t)->data[i])[(t)->rows])
+
+/* analyze.columns.ticks_to_ns: floor((ticks - offset) * 1e9 / resolution), exactly. */
+static inline int64_t to_ns(const Reader *r, uint64_t ticks) {
+    if (r->resolution == NS)
+        return (int64_t)(ticks - r->offset);
+    if (ticks >= r->offset && r->resolution <= 18000000000ULL) {
+        /* rem < resolution <= 1.8e10, so rem * 1e9 fits in 64 unsigned bits */
+        uint64_t d = ticks - r->offset, q = d / r->resolution, rem = d - q * r->resolution;
+        return (int64_t)(q * NS + rem * NS / r->resolution);
+    }
+    __int128 d = (__int128)ticks - (__int128)r->offset, res = (__int128)r->resolution;
+    __int128 q = d / res, rem = d % res;
+    if (rem < 0) { /* C truncates toward zero; Python floors */
+        q -= 1;
+        rem += res;
+    }
+    return (int64_t)(q * (__int128)NS + rem * (__int128)NS / res);
+}
+
+static OTF2_CallbackCode out_of_memory(Reader *r) {
+    r->out_of_memory = 1;
+    return OTF2_CALLBACK_INTERRUPT;
+}
+
+static inline int64_t top_idx(const Reader *r) {
+    return r->depth ? r->stack[r->depth - 1].idx : -1;
+}
+
+/* Close the topmost open instance at time t (the caller reserved a row). */
+static inline void close_top(Reader *r, int64_t t, uint8_t truncated) {
+    Frame f = r->stack[--r->depth];
+    Table *iv = &r->iv;
+    COL(iv, 0, int64_t) = (int64_t)r->locs[r->cur];
+    COL(iv, 1, int32_t) = r->ranks[r->cur];
+    COL(iv, 2, int64_t) = f.idx;
+    COL(iv, 3, int64_t) = top_idx(r);
+    COL(iv, 4, int32_t) = (int32_t)r->depth;
+    COL(iv, 5, int64_t) = (int64_t)f.region;
+    COL(iv, 6, int64_t) = f.start;
+    COL(iv, 7, int64_t) = t;
+    COL(iv, 8, uint8_t) = truncated;
+    iv->rows++;
+    r->truncated += truncated;
+}
+
+static OTF2_CallbackCode on_enter(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
+                                  void *ud, OTF2_AttributeList *attrs, OTF2_RegionRef region) {
+    (void)loc, (void)pos, (void)attrs;
+    Reader *r = ud;
+    int64_t t = to_ns(r, time);
+    r->events++;
+    r->last_t = t;
+    if (r->depth == r->stack_cap) {
+        size_t cap = r->stack_cap ? 2 * r->stack_cap : 64;
+        Frame *s = realloc(r->stack, cap * sizeof(Frame));
+        if (s == NULL)
+            return out_of_memory(r);
+        r->stack = s;
+        r->stack_cap = cap;
+    }
+    r->stack[r->depth++] = (Frame){region, r->next_idx++, t};
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static OTF2_CallbackCode on_leave(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
+                                  void *ud, OTF2_AttributeList *attrs, OTF2_RegionRef region) {
+    (void)loc, (void)pos, (void)attrs;
+    Reader *r = ud;
+    int64_t t = to_ns(r, time);
+    r->events++;
+    r->last_t = t;
+    size_t d = r->depth;
+    while (d > 0 && r->stack[d - 1].region != region)
+        d--;
+    if (d == 0) {
+        r->unmatched_leaves++;
+        return OTF2_CALLBACK_SUCCESS;
+    }
+    /* instances above the matching one close first, truncated */
+    if (table_reserve(&r->iv, r->depth - d + 1) < 0)
+        return out_of_memory(r);
+    while (r->depth > d)
+        close_top(r, t, 1);
+    close_top(r, t, 0);
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static OTF2_CallbackCode on_coll_begin(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
+                                       void *ud, OTF2_AttributeList *attrs) {
+    (void)loc, (void)pos, (void)attrs;
+    Reader *r = ud;
+    int64_t t = to_ns(r, time);
+    r->events++;
+    r->last_t = t;
+    r->coll_open = 1;
+    r->coll_idx = top_idx(r);
+    r->coll_t = t;
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static OTF2_CallbackCode on_coll_end(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
+                                     void *ud, OTF2_AttributeList *attrs, OTF2_CollectiveOp op,
+                                     OTF2_CommRef comm, uint32_t root, uint64_t sent,
+                                     uint64_t recv) {
+    (void)loc, (void)pos, (void)attrs;
+    Reader *r = ud;
+    int64_t t = to_ns(r, time);
+    r->events++;
+    r->last_t = t;
+    if (!r->coll_open) {
+        r->unmatched_coll_ends++;
+        return OTF2_CALLBACK_SUCCESS;
+    }
+    r->coll_open = 0;
+    Table *co = &r->co;
+    if (table_reserve(co, 1) < 0)
+        return out_of_memory(r);
+    COL(co, 0, int64_t) = (int64_t)r->locs[r->cur];
+    COL(co, 1, int32_t) = r->ranks[r->cur];
+    COL(co, 2, int64_t) = r->coll_idx;
+    COL(co, 3, int64_t) = r->coll_t;
+    COL(co, 4, int64_t) = t;
+    COL(co, 5, int32_t) = (int32_t)op;
+    COL(co, 6, int64_t) = (int64_t)comm;
+    COL(co, 7, int64_t) = root == UNDEFINED_U32 ? -1 : (int64_t)root;
+    COL(co, 8, int64_t) = (int64_t)sent;
+    COL(co, 9, int64_t) = (int64_t)recv;
+    co->rows++;
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static OTF2_CallbackCode message(Reader *r, OTF2_TimeStamp time, int8_t direction, uint32_t peer,
+                                 OTF2_CommRef comm, uint32_t tag, uint64_t length) {
+    int64_t t = to_ns(r, time);
+    r->events++;
+    r->last_t = t;
+    Table *me = &r->me;
+    if (table_reserve(me, 1) < 0)
+        return out_of_memory(r);
+    COL(me, 0, int64_t) = (int64_t)r->locs[r->cur];
+    COL(me, 1, int32_t) = r->ranks[r->cur];
+    COL(me, 2, int8_t) = direction;
+    COL(me, 3, int64_t) = (int64_t)peer;
+    COL(me, 4, int64_t) = (int64_t)comm;
+    COL(me, 5, int64_t) = (int64_t)tag;
+    COL(me, 6, int64_t) = (int64_t)length;
+    COL(me, 7, int64_t) = t;
+    COL(me, 8, int64_t) = top_idx(r);
+    me->rows++;
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+static OTF2_CallbackCode on_send(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos, void *ud,
+                                 OTF2_AttributeList *attrs, uint32_t receiver, OTF2_CommRef comm,
+                                 uint32_t tag, uint64_t length) {
+    (void)loc, (void)pos, (void)attrs;
+    return message(ud, time, 0, receiver, comm, tag, length);
+}
+
+static OTF2_CallbackCode on_isend(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos, void *ud,
+                                  OTF2_AttributeList *attrs, uint32_t receiver, OTF2_CommRef comm,
+                                  uint32_t tag, uint64_t length, uint64_t request) {
+    (void)loc, (void)pos, (void)attrs, (void)request;
+    return message(ud, time, 0, receiver, comm, tag, length);
+}
+
+static OTF2_CallbackCode on_recv(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos, void *ud,
+                                 OTF2_AttributeList *attrs, uint32_t sender, OTF2_CommRef comm,
+                                 uint32_t tag, uint64_t length) {
+    (void)loc, (void)pos, (void)attrs;
+    return message(ud, time, 1, sender, comm, tag, length);
+}
+
+static OTF2_CallbackCode on_irecv(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos, void *ud,
+                                  OTF2_AttributeList *attrs, uint32_t sender, OTF2_CommRef comm,
+                                  uint32_t tag, uint64_t length, uint64_t request) {
+    (void)loc, (void)pos, (void)attrs, (void)request;
+    return message(ud, time, 1, sender, comm, tag, length);
+}
+
+/* Any other event only counts as the location's latest activity. */
+static OTF2_CallbackCode on_other(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
+                                  void *ud, OTF2_AttributeList *attrs) {
+    (void)loc, (void)pos, (void)attrs;
+    Reader *r = ud;
+    r->events++;
+    r->last_t = to_ns(r, time);
+    return OTF2_CALLBACK_SUCCESS;
+}
+
+/* Every event callback starts with (location, time, position, userData, attributes); on_other
+ * reads only those, so it serves for all record types without per-type stubs. Calling it
+ * through the per-type pointer type relies on the platform C calling convention (caller
+ * passes and cleans up the extra arguments), which holds on the System V and AAPCS ABIs. */
+#define OTHER_EVENTS                                                                           \
+    X(BufferFlush) X(CallingContextEnter) X(CallingContextLeave) X(CallingContextSample)       \
+    X(CommCreate) X(CommDestroy) X(IoAcquireLock) X(IoChangeStatusFlags) X(IoCreateHandle)     \
+    X(IoDeleteFile) X(IoDestroyHandle) X(IoDuplicateHandle) X(IoOperationBegin)                \
+    X(IoOperationCancelled) X(IoOperationComplete) X(IoOperationIssued) X(IoOperationTest)     \
+    X(IoReleaseLock) X(IoSeek) X(IoTryLock) X(MeasurementOnOff) X(Metric) X(MpiIrecvRequest)   \
+    X(MpiIsendComplete) X(MpiRequestCancelled) X(MpiRequestTest)                               \
+    X(NonBlockingCollectiveComplete) X(NonBlockingCollectiveRequest) X(OmpAcquireLock)         \
+    X(OmpFork) X(OmpJoin) X(OmpReleaseLock) X(OmpTaskComplete) X(OmpTaskCreate)                \
+    X(OmpTaskSwitch) X(ParameterInt) X(ParameterString) X(ParameterUnsignedInt)                \
+    X(ProgramBegin) X(ProgramEnd) X(RmaAcquireLock) X(RmaAtomic) X(RmaCollectiveBegin)         \
+    X(RmaCollectiveEnd) X(RmaGet) X(RmaGroupSync) X(RmaOpCompleteBlocking)                     \
+    X(RmaOpCompleteNonBlocking) X(RmaOpCompleteRemote) X(RmaOpTest) X(RmaPut)                  \
+    X(RmaReleaseLock) X(RmaRequestLock) X(RmaSync) X(RmaTryLock) X(RmaWaitChange)              \
+    X(RmaWinCreate) X(RmaWinDestroy) X(ThreadAcquireLock) X(ThreadBegin) X(ThreadCreate)       \
+    X(ThreadEnd) X(ThreadFork) X(ThreadJoin) X(ThreadReleaseLock) X(ThreadTaskComplete)        \
+    X(ThreadTaskCreate) X(ThreadTaskSwitch) X(ThreadTeamBegin) X(ThreadTeamEnd) X(ThreadWait)
+
+static void set_callbacks(OTF2_EvtReaderCallbacks *cbs) {
+    OTF2_EvtReaderCallbacks_SetEnterCallback(cbs, on_enter);
+    OTF2_EvtReaderCallbacks_SetLeaveCallback(cbs, on_leave);
+    OTF2_EvtReaderCallbacks_SetMpiCollectiveBeginCallback(cbs, on_coll_begin);
+    OTF2_EvtReaderCallbacks_SetMpiCollectiveEndCallback(cbs, on_coll_end);
+    OTF2_EvtReaderCallbacks_SetMpiSendCallback(cbs, on_send);
+    OTF2_EvtReaderCallbacks_SetMpiIsendCallback(cbs, on_isend);
+    OTF2_EvtReaderCallbacks_SetMpiRecvCallback(cbs, on_recv);
+    OTF2_EvtReaderCallbacks_SetMpiIrecvCallback(cbs, on_irecv);
+    /* records newer than this OTF2 (MPI_Mprobe & co. in 3.1) arrive as unknown */
+    OTF2_EvtReaderCallbacks_SetUnknownCallback(cbs, on_other);
+#define X(name) \
+    OTF2_EvtReaderCallbacks_Set##name##Callback(cbs, (OTF2_EvtReaderCallback_##name)(void (*)(void))on_other);
+    OTHER_EVENTS
+#undef X
+}
+
+/* ---- the Python type ------------------------------------------------------------------ */
+
+static PyObject *otf2_error(const char *what, OTF2_ErrorCode code) {
+    PyErr_Format(Otf2NativeError, "%s: %s (%s)", what, OTF2_Error_GetDescription(code),
+                 OTF2_Error_GetName(code));
+    return NULL;
+}
+
+static void reset_location(Reader *r) {
+    r->loc_read = 0;
+    r->depth = 0;
+    r->next_idx = 0;
+    r->coll_open = 0;
+}
+
+static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
+    Reader *r = (Reader *)self;
+    static char *kwlist[] = {"anchor", "locations", "ranks", "global_offset", "resolution", "declared",
+                             NULL};
+    const char *anchor;
+    PyObject *locs, *ranks;
+    unsigned long long offset, resolution;
+    if (r->otf2 != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "Reader is already initialized");
+        return -1;
+    }
+    PyObject *declared = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOKK|O", kwlist, &anchor, &locs, &ranks, &offset,
+                                     &resolution, &declared))
+        return -1;
+    if (resolution == 0) {
+        PyErr_SetString(PyExc_ValueError, "timer resolution must be positive");
+        return -1;
+    }
+    Py_ssize_t n = PySequence_Size(locs);
+    if (n < 0 || PySequence_Size(ranks) != n) {
+        PyErr_SetString(PyExc_ValueError, "locations and ranks must be sequences of equal length");
+        return -1;
+    }
+    r->nloc = (size_t)n;
+    r->locs = calloc(n ? n : 1, sizeof(uint64_t));
+    r->ranks = calloc(n ? n : 1, sizeof(int32_t));
+    r->evt = calloc(n ? n : 1, sizeof(OTF2_EvtReader *));
+    r->declared = calloc(n ? n : 1, sizeof(uint64_t));
+    if (!r->locs || !r->ranks || !r->evt || !r->declared) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *a = PySequence_GetItem(locs, i), *b = PySequence_GetItem(ranks, i);
+        r->locs[i] = a ? PyLong_AsUnsignedLongLong(a) : 0;
+        r->ranks[i] = b ? (int32_t)PyLong_AsLong(b) : 0;
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        if (declared != NULL && declared != Py_None && !PyErr_Occurred()) {
+            PyObject *c = PySequence_GetItem(declared, i);
+            r->declared[i] = c ? PyLong_AsUnsignedLongLong(c) : 0;
+            Py_XDECREF(c);
+        }
+        if (PyErr_Occurred())
+            return -1;
+    }
+    r->offset = offset;
+    r->resolution = resolution;
+    table_init(&r->iv, 9, IV_WIDTHS);
+    table_init(&r->co, 10, CO_WIDTHS);
+    table_init(&r->me, 9, ME_WIDTHS);
+
+    r->otf2 = OTF2_Reader_Open(anchor);
+    if (r->otf2 == NULL) {
+        PyErr_Format(Otf2NativeError, "cannot open the OTF2 archive %s", anchor);
+        return -1;
+    }
+    OTF2_ErrorCode rc = OTF2_Reader_SetSerialCollectiveCallbacks(r->otf2);
+    if (rc != OTF2_SUCCESS) {
+        otf2_error("cannot set up the reader", rc);
+        return -1;
+    }
+    for (size_t i = 0; i < r->nloc; i++) {
+        rc = OTF2_Reader_SelectLocation(r->otf2, r->locs[i]);
+        if (rc != OTF2_SUCCESS) {
+            otf2_error("cannot select a location", rc);
+            return -1;
+        }
+    }
+    /* as the otf2 package does: an archive without local definition files is valid */
+    int defs_open = OTF2_Reader_OpenDefFiles(r->otf2) == OTF2_SUCCESS;
+    (void)OTF2_Reader_OpenEvtFiles(r->otf2);
+    OTF2_EvtReaderCallbacks *cbs = OTF2_EvtReaderCallbacks_New();
+    if (cbs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    set_callbacks(cbs);
+    int failed = 0;
+    for (size_t i = 0; i < r->nloc && !failed; i++) {
+        if (defs_open) {
+            /* local definitions carry the mapping tables and ClockOffset records */
+            OTF2_DefReader *dr = OTF2_Reader_GetDefReader(r->otf2, r->locs[i]);
+            if (dr != NULL) {
+                uint64_t read = 0;
+                rc = OTF2_Reader_ReadAllLocalDefinitions(r->otf2, dr, &read);
+                OTF2_Reader_CloseDefReader(r->otf2, dr);
+                if (rc != OTF2_SUCCESS) {
+                    otf2_error("cannot read the local definitions", rc);
+                    failed = 1;
+                    break;
+                }
+            }
+        }
+        r->evt[i] = OTF2_Reader_GetEvtReader(r->otf2, r->locs[i]);
+        if (r->evt[i] == NULL) {
+            PyErr_Format(Otf2NativeError, "cannot open the events of location %llu",
+                         (unsigned long long)r->locs[i]);
+            failed = 1;
+            break;
+        }
+        rc = OTF2_Reader_RegisterEvtCallbacks(r->otf2, r->evt[i], cbs, r);
+        if (rc != OTF2_SUCCESS) {
+            otf2_error("cannot register the event callbacks", rc);
+            failed = 1;
+        }
+    }
+    OTF2_EvtReaderCallbacks_Delete(cbs);
+    if (defs_open)
+        OTF2_Reader_CloseDefFiles(r->otf2);
+    return failed ? -1 : 0;
+}
+
+static void reader_close_archive(Reader *r) {
+    if (r->otf2 != NULL) {
+        for (size_t i = 0; i < r->nloc; i++)
+            if (r->evt[i] != NULL)
+                OTF2_Reader_CloseEvtReader(r->otf2, r->evt[i]);
+        OTF2_Reader_CloseEvtFiles(r->otf2);
+        OTF2_Reader_Close(r->otf2);
+        r->otf2 = NULL;
+    }
+}
+
+static void reader_dealloc(PyObject *self) {
+    Reader *r = (Reader *)self;
+    reader_close_archive(r);
+    free(r->locs);
+    free(r->ranks);
+    free(r->declared);
+    free(r->evt);
+    free(r->stack);
+    table_free(&r->iv);
+    table_free(&r->co);
+    table_free(&r->me);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyObject *reader_read(PyObject *self, PyObject *args) {
+    Reader *r = (Reader *)self;
+    Py_ssize_t max_rows;
+    if (!PyArg_ParseTuple(args, "n", &max_rows))
+        return NULL;
+    if (r->otf2 == NULL && r->cur < r->nloc) {
+        PyErr_SetString(PyExc_ValueError, "the reader is closed");
+        return NULL;
+    }
+    if (r->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "Reader.read called from two threads at once");
+        return NULL;
+    }
+    r->busy = 1;
+    uint64_t events_before = r->events;
+    uint64_t batch = max_rows > 0 && (uint64_t)max_rows < BATCH ? (uint64_t)max_rows : BATCH;
+    OTF2_ErrorCode rc = OTF2_SUCCESS;
+    int too_many = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (r->cur < r->nloc && r->iv.rows + r->co.rows + r->me.rows < (size_t)max_rows) {
+        uint64_t got = 0;
+        rc = OTF2_Reader_ReadLocalEvents(r->otf2, r->evt[r->cur], batch, &got);
+        if (rc != OTF2_SUCCESS || r->out_of_memory)
+            break;
+        /* The library can decode a damaged event file as an endless run of events; the
+           location's definition says how many it holds. */
+        r->loc_read += got;
+        if (r->declared[r->cur] && r->loc_read > r->declared[r->cur]) {
+            too_many = 1;
+            break;
+        }
+        if (got < batch) {
+            /* the location's last event: what is still open closes at its time */
+            if (table_reserve(&r->iv, r->depth) < 0) {
+                r->out_of_memory = 1;
+                break;
+            }
+            while (r->depth)
+                close_top(r, r->last_t, 1);
+            r->cur++;
+            reset_location(r);
+        }
+    }
+    Py_END_ALLOW_THREADS
+    r->busy = 0;
+    if (r->out_of_memory)
+        return PyErr_NoMemory();
+    if (too_many) {
+        PyErr_Format(Otf2NativeError,
+                     "location %llu holds more events than the %llu its definition declares",
+                     (unsigned long long)r->locs[r->cur], (unsigned long long)r->declared[r->cur]);
+        return NULL;
+    }
+    if (rc != OTF2_SUCCESS) {
+        char what[64];
+        snprintf(what, sizeof what, "cannot read the events of location %llu",
+                 (unsigned long long)r->locs[r->cur]);
+        return otf2_error(what, rc);
+    }
+    PyObject *iv = table_take(&r->iv), *co = table_take(&r->co), *me = table_take(&r->me);
+    if (!iv || !co || !me) {
+        Py_XDECREF(iv);
+        Py_XDECREF(co);
+        Py_XDECREF(me);
+        return NULL;
+    }
+    return Py_BuildValue("(NNNKO)", iv, co, me, (unsigned long long)(r->events - events_before),
+                         r->cur == r->nloc ? Py_True : Py_False);
+}
+
+static PyObject *reader_stats(PyObject *self, PyObject *unused) {
+    (void)unused;
+    Reader *r = (Reader *)self;
+    return Py_BuildValue("(KKKK)", (unsigned long long)r->events,
+                         (unsigned long long)r->unmatched_leaves, (unsigned long long)r->truncated,
+                         (unsigned long long)r->unmatched_coll_ends);
+}
+
+static PyObject *reader_close(PyObject *self, PyObject *unused) {
+    (void)unused;
+    Reader *r = (Reader *)self;
+    if (r->busy) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot close a Reader while it reads");
+        return NULL;
+    }
+    reader_close_archive(r);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef reader_methods[] = {
+    {"read", reader_read, METH_VARARGS,
+     "read(max_rows) -> (intervals, collectives, messages, events, done)\n"
+     "Read on until about max_rows rows are ready (or the locations end), without the GIL.\n"
+     "Each table is a tuple of Columns in analyze.columns order."},
+    {"stats", reader_stats, METH_NOARGS,
+     "(events, unmatched_leaves, truncated, unmatched_collective_ends) so far"},
+    {"close", reader_close, METH_NOARGS, "Close the archive (read() is done or abandoned)."},
+    {NULL, NULL, 0, NULL},
+};
+
+PyTypeObject ReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "analyze._otf2native.Reader",
+    .tp_basicsize = sizeof(Reader),
+    .tp_dealloc = reader_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Reader(anchor, locations, ranks, global_offset, resolution)\n"
+              "Events of the given locations (with their ranks) as analyze.columns rows.",
+    .tp_methods = reader_methods,
+    .tp_init = reader_init,
+    .tp_new = PyType_GenericNew,
+};

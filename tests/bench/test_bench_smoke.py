@@ -1,0 +1,43 @@
+"""Each benchmark script runs once on a tiny size, so the scripts keep working.
+
+Benchmarks are not tests: nothing here checks a speed, only that every script completes and
+prints its table.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import ROOT
+
+
+def bench(*args: str, timeout: float = 600) -> str:
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_synth(tmp_path: Path) -> None:
+    out = bench("bench.synth", "--events", "5k", "--out", str(tmp_path / "run"))
+    assert "events in" in out and (tmp_path / "run" / "traces.otf2").is_file()
+
+
+def test_ingest(tmp_path: Path) -> None:
+    out = bench("bench.ingest", "--events", "5k", "--repeat", "1", "--cache", str(tmp_path))
+    assert "python/native" in out and "ingest Mev/s" in out and "build RSS MB" in out
+
+
+def test_merge(tmp_path: Path) -> None:
+    out = bench("bench.merge", "--events", "5k", "--repeat", "1", "--cache", str(tmp_path))
+    assert "python/native" in out and "Mev/s" in out
+
+
+@pytest.mark.slow
+def test_overhead() -> None:
+    out = bench("bench.overhead", "--repeat", "1", "--steps", "3", "--batch-size", "4")
+    assert "ratio to none" in out and "torch.profiler" in out
