@@ -20,6 +20,7 @@ Installed when the training script imports torch. What is recorded and how:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
@@ -51,12 +52,12 @@ _COLLECTIVES: dict[str, tuple[Op, str, str | None]] = {
 }
 
 
-def _nbytes(x: Any) -> int:
+def nbytes(x: Any) -> int:
     """Bytes of a tensor or (nested) list of tensors; 0 for anything else."""
     if x is None:
         return 0
     if isinstance(x, list | tuple):
-        return sum(_nbytes(v) for v in x)
+        return sum(nbytes(v) for v in x)
     try:
         return int(x.numel()) * int(x.element_size())
     except AttributeError:
@@ -169,7 +170,7 @@ class TorchHooks:
             finally:
                 rec.leave(rid)
 
-        cls.__next__ = traced_next
+        cls.__next__ = traced_next  # type: ignore[method-assign,assignment]
 
     # -- torch.distributed ------------------------------------------------------------------
     def _comm(self, group: Any) -> tuple[int, tuple[int, ...]]:
@@ -235,8 +236,8 @@ class TorchHooks:
                 return fn(*args, **kwargs)  # let torch raise its own error
             a = bound.arguments
             comm, members = self._comm(a.get("group"))
-            sent = _nbytes(a.get(sent_arg)) if sent_arg else 0
-            recv = _nbytes(a.get(recv_arg)) if recv_arg else 0
+            sent = nbytes(a.get(sent_arg)) if sent_arg else 0
+            recv = nbytes(a.get(recv_arg)) if recv_arg else 0
             root = -1
             if root_arg is not None:
                 src = a.get(root_arg, a.get("group_" + root_arg))
@@ -273,10 +274,9 @@ class TorchHooks:
             if span is not None:
                 rec.async_collective(rid, span[0], span[1], comm, op, root, sent, recv)
 
-        try:
+        # a backend without futures: the issue time is all we could know
+        with contextlib.suppress(AttributeError, RuntimeError):
             work.get_future().add_done_callback(done)
-        except (AttributeError, RuntimeError):
-            pass  # a backend without futures: the issue time is all we could know
 
     def _wrap_work_wait(self, dist: Any) -> None:
         work_cls = dist.Work
@@ -334,9 +334,9 @@ class TorchHooks:
                 rec.add_framework("pytorch-ddp")
             return forward(ddp, *args, **kwargs)
 
-        DDP.register_comm_hook = user_register
-        DDP._register_builtin_comm_hook = user_register_builtin
-        DDP.forward = traced_forward
+        DDP.register_comm_hook = user_register  # type: ignore[method-assign,assignment]
+        DDP._register_builtin_comm_hook = user_register_builtin  # type: ignore[method-assign,assignment]
+        DDP.forward = traced_forward  # type: ignore[method-assign,assignment]
 
 
 _MAIN = threading.main_thread().ident

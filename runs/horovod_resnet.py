@@ -1,0 +1,82 @@
+"""Horovod (PyTorch, Gloo): the DDP example's ResNet and synthetic images, on CPU.
+
+    instrument run -np 2 runs/horovod_resnet.py --batch-size 32 --steps 20 [--accumulate 4]
+    instrument run --launcher horovodrun -np 2 runs/horovod_resnet.py
+
+Gradients are averaged by ``hvd.DistributedOptimizer``; rank 0's initial parameters are
+broadcast with ``hvd.broadcast_parameters``. With ``--accumulate K`` the optimizer is built with
+``backward_passes_per_step=K``, so each parameter's allreduce is issued during the K-th backward
+of a step only. Rank 0 prints each step's loss (full precision, for comparing runs) and the
+mean step time, in the same words as the DDP example.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import horovod.torch as hvd
+import torch
+from torch.utils.data import DataLoader
+from torch.utils.data.distributed import DistributedSampler
+from workload import SyntheticImages, add_arguments, gradient_bytes, make_model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args()
+
+    hvd.init()
+    rank, world = hvd.rank(), hvd.size()
+    torch.manual_seed(args.seed)
+    model = make_model(args.model)
+    opt = hvd.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9),
+        named_parameters=model.named_parameters(),
+        backward_passes_per_step=args.accumulate,
+    )
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    per_rank = args.batch_size * args.accumulate * args.steps
+    data = SyntheticImages(per_rank * world, args.image_size, seed=args.seed)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
+    loader = iter(DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True))
+    if rank == 0:
+        print(f"world {world}, model {args.model}, gradient bytes {gradient_bytes(model)}", flush=True)
+
+    losses, times = [], []
+    for step in range(args.steps):
+        t0 = time.perf_counter()
+        if args.fail_at_step == step and rank == args.fail_rank:
+            raise RuntimeError(f"deliberate failure at step {step} (--fail-at-step)")
+        total = 0.0
+        for _ in range(args.accumulate):
+            x, y = next(loader)
+            loss = loss_fn(model(x), y) / args.accumulate
+            loss.backward()
+            total += loss.item()
+        opt.step()
+        opt.zero_grad()  # Horovod's zero_grad() takes no arguments
+        times.append(time.perf_counter() - t0)
+        losses.append(total)
+        if rank == 0:
+            print(f"step {step} loss {total!r}", flush=True)
+
+    if rank == 0:
+        steady = times[1:] or times
+        print(f"mean step time {1000 * sum(steady) / len(steady):.2f} ms", flush=True)
+        print("losses " + json.dumps(losses), flush=True)
+        path = os.environ.get("DLTRACE_EXAMPLE_RESULT")
+        if path:
+            with open(path, "w") as f:
+                json.dump({"losses": losses, "step_times_s": times}, f)
+    print(f"rank {rank} done: {args.steps} steps", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
