@@ -32,6 +32,7 @@ from types import FrameType, ModuleType
 
 from instrument import recorder
 from instrument.clock import ClockServer, parse_address
+from instrument.hooks import horovod_timeline
 from instrument.hooks.importer import PostImportHooks
 from instrument.tracer import DEFAULT_CAPACITY, DEFAULT_FLUSH_INTERVAL_S, Tracer
 
@@ -67,6 +68,15 @@ def rank_from_env(env: dict[str, str]) -> tuple[int, int, int | None]:
     return rank, size, _first_int(env, _LOCAL_RANK_VARS)
 
 
+def torch_env(env: dict[str, str]) -> dict[str, str]:
+    """torch.distributed's ``env://`` variables (RANK, WORLD_SIZE, LOCAL_RANK) that ``env``
+    lacks, from the launcher's own (mpirun and srun set only theirs), so DDP scripts started
+    by any launcher initialize their process group unmodified."""
+    rank, size, local = rank_from_env(env)
+    wanted = {"RANK": rank, "WORLD_SIZE": size, "LOCAL_RANK": local}
+    return {k: str(v) for k, v in wanted.items() if v is not None and k not in env}
+
+
 def _clock_server(rank: int, run_dir: Path, env: dict[str, str]) -> tuple[str, int] | None:
     """The reference clock's address; rank 0 serves one when the launcher does not."""
     if env.get("DLTRACE_CLOCK_SERVER"):
@@ -96,7 +106,13 @@ def make_tracer(env: dict[str, str]) -> Tracer:
     path = Path(run_dir)
     path.mkdir(parents=True, exist_ok=True)
     interval = float(env.get("DLTRACE_FLUSH_INTERVAL_S", DEFAULT_FLUSH_INTERVAL_S))
-    return Tracer(
+    backend: type[Tracer] = Tracer
+    if env.get("DLTRACE_TRACER") == "scorep":  # running under Score-P's bindings
+        from instrument import scorep
+
+        scorep.prepare_rank(env)
+        backend = scorep.ScorepRecorder
+    return backend(
         rank,
         size,
         path,
@@ -120,6 +136,10 @@ def _versions() -> dict[str, str]:
 # ``install(recorder, module)`` attaches to it right after that import. Add a framework here.
 HOOKS: dict[str, str] = {
     "torch": "torch_ddp",
+    "horovod.torch": "horovod_torch",
+    "tensorflow": "tensorflow",
+    "horovod.tensorflow": "horovod_tf",
+    "mpi4py.MPI": "mpi4py",
 }
 
 
@@ -136,6 +156,7 @@ def install_hooks(rec: recorder.Recorder) -> PostImportHooks:
 
 
 def _finish(tracer: Tracer, status: str, detail: str | None = None) -> None:
+    horovod_timeline.import_at_exit(tracer)  # rank 0, when Horovod's timeline was requested
     tracer.set_meta("versions", _versions())
     tracer.finalize(status, detail)
 
@@ -148,9 +169,12 @@ def run(script: str, args: list[str]) -> None:
         print(f"dltrace: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     recorder.install(tracer)
+    os.environ.update(torch_env(dict(os.environ)))
     tracer.sync_clock("start")
+    horovod_timeline.request(os.environ, tracer.run_dir, tracer.rank)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
+        tracer.flush_timeout_s = 2.0  # the interrupted code may hold the buffer lock
         _finish(tracer, "signal", signal.Signals(signum).name)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -159,7 +183,7 @@ def run(script: str, args: list[str]) -> None:
 
     # A forked child (DataLoader workers) must not write into this rank's spill file.
     os.register_at_fork(after_in_child=lambda: recorder.install(None))
-    atexit.register(lambda: recorder.current() is tracer and _finish(tracer, "ok"))
+    atexit.register(lambda: None if recorder.current() is not tracer else _finish(tracer, "ok"))
     install_hooks(tracer)
 
     sys.argv = [script, *args]
@@ -184,6 +208,10 @@ def run(script: str, args: list[str]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # Run as a file (Score-P's bindings do that), this module's directory heads sys.path, and
+    # its modules (scorep.py, events.py...) would shadow the script's imports of those names.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != here]
     if not argv:
         print("usage: python -m instrument.bootstrap SCRIPT [ARGS...]", file=sys.stderr)
         raise SystemExit(2)

@@ -16,6 +16,7 @@ script with ``--tracer none``), in its own session so that signals reach it only
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -25,16 +26,16 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import IO, Any
 
-from instrument import merge, rank_env, rundir, runinfo
+from instrument import merge, rank_env, rundir, runinfo, scorep, scorep_merge
 from instrument.clock import ClockServer
 from instrument.errors import UsageError
 from instrument.otf2_writer import write_archive
 
-TRACERS = ("builtin", "none")
+TRACERS = ("builtin", "scorep", "none")
 LAUNCHERS = ("local", "torchrun", "horovodrun", "mpirun", "srun")
 # What an external launcher must pass to every rank (Open MPI's mpirun exports only what -x names).
 EXPORTED = ("DLTRACE_RUN_DIR", "DLTRACE_TRACER", "DLTRACE_CLOCK_SERVER", "PYTHONPATH", "PYTHONUNBUFFERED",
@@ -52,6 +53,8 @@ class LaunchConfig:
     launcher: str = "local"
     grace_s: float = 10.0
     launcher_args: list[str] = field(default_factory=list)  # passed to the external launcher
+    scorep_args: list[str] = field(default_factory=list)  # passed to `python -m scorep`
+    scorep_filter: str | None = None  # a Score-P filter file; None: ours; "none": no filter
     env: dict[str, str] = field(default_factory=dict)
     command_line: list[str] = field(default_factory=list)
 
@@ -72,11 +75,14 @@ def rank_command(config: LaunchConfig) -> list[str]:
     """The command each rank runs (the launcher decides how it is started)."""
     if config.tracer == "none":
         return [sys.executable, config.script, *config.args]
+    if config.tracer == "scorep":
+        return scorep.rank_command(config.launcher, config.scorep_args, config.script, config.args)
     return [sys.executable, "-m", "instrument.bootstrap", config.script, *config.args]
 
 
-def launcher_command(config: LaunchConfig, port: int) -> list[str] | None:
-    """The external launcher's command line (None for the local launcher).
+def launcher_command(config: LaunchConfig, port: int, env: dict[str, str] | None = None) -> list[str] | None:
+    """The external launcher's command line (None for the local launcher). ``env`` is the
+    environment the launcher gets: mpirun exports those of our variables that it holds.
 
     Without ``launcher_args`` the job is single-node; with them (hosts, node counts, rendezvous
     endpoints) they replace our single-node defaults, so the same command spans nodes.
@@ -92,9 +98,12 @@ def launcher_command(config: LaunchConfig, port: int) -> list[str] | None:
         return [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", n,
                 *(extra or single), *inner[1:]]
     if config.launcher == "horovodrun":
-        return ["horovodrun", "-np", n, *(extra or ["-H", f"localhost:{n}"]), "--gloo", *inner]
+        # next to our interpreter when the venv is not on PATH (as check_launcher accepts)
+        horovodrun = shutil.which("horovodrun") or str(Path(sys.executable).with_name("horovodrun"))
+        return [horovodrun, "-np", n, *(extra or ["-H", f"localhost:{n}"]), "--gloo", *inner]
     if config.launcher == "mpirun":
-        exports = [a for v in EXPORTED for a in ("-x", v)]
+        names = [v for v in (*EXPORTED, *sorted(config.env)) if env is None or v in env]
+        exports = [a for v in names for a in ("-x", v)]
         return ["mpirun", "-np", n, *exports, *extra, *inner]
     if config.launcher == "srun":
         return ["srun", f"--ntasks={n}", "--export=ALL", *extra, *inner]
@@ -114,6 +123,24 @@ def check_launcher(config: LaunchConfig) -> None:
     if tool and shutil.which(tool) is None and not Path(sys.executable).with_name(tool).exists():
         raise UsageError(f"--launcher {config.launcher}: {tool} not found on PATH; "
                          f"{_INSTALL_HINT[tool]}, or use --launcher local.")
+    if config.launcher == "mpirun" and os.geteuid() == 0 and _openmpi_refuses_root(config):
+        raise UsageError("--launcher mpirun: Open MPI refuses to run as root; add "
+                         "--launcher-args=--allow-run-as-root, or set OMPI_ALLOW_RUN_AS_ROOT=1 and "
+                         "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (as in containers), or run as a normal user.")
+
+
+def _openmpi_refuses_root(config: LaunchConfig) -> bool:
+    """Open MPI's mpirun stops at once as root unless told otherwise; other MPIs do not care."""
+    if "--allow-run-as-root" in config.launcher_args:
+        return False
+    env = {**os.environ, **config.env}
+    if env.get("OMPI_ALLOW_RUN_AS_ROOT") == "1" and env.get("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM") == "1":
+        return False
+    try:
+        version = subprocess.run(["mpirun", "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return "Open MPI" in version.stdout + version.stderr
 
 
 class _Output:
@@ -173,10 +200,8 @@ class _Signals:
 
 def _signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
     if proc.poll() is None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signum)
-        except (ProcessLookupError, PermissionError):
-            pass
 
 
 def run(config: LaunchConfig) -> LaunchResult:
@@ -190,13 +215,19 @@ def run(config: LaunchConfig) -> LaunchResult:
     if config.launcher not in LAUNCHERS:
         raise UsageError(f"unknown launcher {config.launcher!r}; choose one of {', '.join(LAUNCHERS)}.")
     check_launcher(config)
+    if config.tracer == "scorep":  # before anything starts: never a partial launch
+        scorep.check_available(scorep.is_mpi(scorep.options(config.launcher, config.scorep_args)))
+        scorep.check_filter(config.scorep_filter)
     run_dir = rundir.create(config.out, config.name).resolve()
+    if config.tracer == "scorep":
+        opts = scorep.options(config.launcher, config.scorep_args)
+        extra = scorep.environment(run_dir, opts, scorep.write_filter(run_dir, config.scorep_filter))
+        config = replace(config, env={**config.env, **extra})
     local = config.launcher == "local"
     providers = [cls() for cls in rank_env.PROVIDERS] if local else []
     for provider in providers:
         provider.start(config.nprocs)
     port = rank_env.free_port()
-    outer = launcher_command(config, port)
 
     # Ranks on other nodes must reach the reference clock: listen on all interfaces then.
     clock = None
@@ -205,7 +236,7 @@ def run(config: LaunchConfig) -> LaunchResult:
     base["DLTRACE_RUN_DIR"] = str(run_dir)
     base["DLTRACE_TRACER"] = config.tracer
     base["PYTHONUNBUFFERED"] = "1"
-    if config.tracer == "builtin":
+    if config.tracer != "none":
         clock = ClockServer(host="127.0.0.1" if local else "0.0.0.0").start()
         host = "127.0.0.1" if local else socket.gethostname()
         base["DLTRACE_CLOCK_SERVER"] = f"{host}:{clock.port}"
@@ -213,6 +244,10 @@ def run(config: LaunchConfig) -> LaunchResult:
         # torch.distributed's env:// rendezvous, for DDP scripts started by MPI or Slurm
         base.setdefault("MASTER_ADDR", socket.gethostname())
         base.setdefault("MASTER_PORT", str(port))
+    if config.launcher == "horovodrun" and not config.launcher_args:
+        # One node, as with our launcher: ranks must not each start a thread per core.
+        base.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // config.nprocs)))
+    outer = launcher_command(config, port, base)
 
     info: dict[str, Any] = {
         "name": run_dir.name,
@@ -293,9 +328,10 @@ def _finish(
     result: merge.MergeResult | None = None
     archive: Path | None = None
     merge_error = None
-    if config.tracer == "builtin":
+    if config.tracer != "none":
+        collect = scorep_merge.collect if config.tracer == "scorep" else merge.collect
         try:
-            result = merge.collect(run_dir, expected_ranks=config.nprocs)
+            result = collect(run_dir, expected_ranks=config.nprocs)
             archive = write_archive(result.spec, run_dir)
         except merge.MergeError as e:
             merge_error = str(e)
@@ -322,8 +358,14 @@ def _finish(
                 records_dropped=s.records_dropped, partial_bytes=s.partial_bytes,
                 last_time_ns=s.last_time_ns,
             )
-        elif config.tracer == "builtin":
+        elif config.tracer != "none":
             entry.update(status="missing", complete=False)
+        code = entry["exit_status"]
+        if isinstance(code, int) and code < 0 and entry.get("status") in (None, "running", "missing"):
+            # Killed by a signal it could not handle (SIGKILL: the OOM killer, a batch system):
+            # its trace ends at its last flush.
+            entry.update(status="killed", status_detail=f"killed by {_signal_name(-code)}"
+                         + ("; trace ends at its last flush" if s is not None else ""))
         rank_info.append(entry)
 
     frameworks = sorted({f for s in per_rank.values() for f in s.frameworks})
@@ -360,6 +402,13 @@ def _finish(
                         _message(config, run_dir, info, result, archive, failed, merge_error))
 
 
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 def _framework_label(frameworks: list[str]) -> str | None:
     """The most specific framework seen (``pytorch-ddp`` over ``pytorch``)."""
     if not frameworks:
@@ -375,7 +424,7 @@ def _message(
     if failed:
         details = []
         for r in failed:
-            entry = next((e for e in info["rank_info"] if e["rank"] == r), {})
+            entry: dict[str, Any] = next((e for e in info["rank_info"] if e["rank"] == r), {})
             what = entry.get("status_detail") or f"exit status {entry.get('exit_status')}"
             details.append(f"rank {r} ({what})" if r >= 0 else f"{config.launcher} ({what})")
         lines.append("failed: " + details[0] + ("" if len(details) == 1 else

@@ -32,3 +32,11 @@ class region(ContextDecorator):  # noqa: N801 -- used like a function, as contex
         rec = recorder.current()
         if rec is not None and self._rid is not None:
             rec.leave(self._rid)
+
+
+def end_step() -> None:
+    """End the current training step here, for loops without an optimizer step the hooks see
+    (mpi4py programs, hand-written updates); the framework hooks end steps by themselves."""
+    rec = recorder.current()
+    if rec is not None:
+        rec.optimizer_done()

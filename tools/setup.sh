@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything dltrace needs on a fresh machine, from the project's own files:
-#   - Debian packages: otf2-tools (otf2-print) and libopen-trace-format2-dev (OTF2 headers);
+#   - Debian packages: otf2-tools (otf2-print) and libopen-trace-format2-dev (OTF2 headers),
+#     openmpi-bin and libopenmpi-dev (mpirun, and the MPI that mpi4py loads);
 #   - a Python 3.11 virtual environment in .venv with the pinned packages from pyproject.toml
 #     (torch 2.13.0 CPU, tensorflow-cpu 2.15.1, numpy 1.26.4, pandas, plotnine, duckdb, otf2);
 #   - Horovod 0.28.1, built once per machine into a wheel cache (tools/build_horovod.sh).
@@ -19,6 +20,8 @@ say() { printf '[setup] %s\n' "$*"; }
 need_apt=()
 command -v otf2-print >/dev/null 2>&1 || need_apt+=(otf2-tools)
 [ -f /usr/include/otf2/otf2.h ] || need_apt+=(libopen-trace-format2-dev)
+# Open MPI: `instrument run --launcher mpirun` and mpi4py (whose wheel loads this libmpi)
+command -v mpicc >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         say "installing ${need_apt[*]} (Debian packages)"
@@ -43,13 +46,14 @@ fi
 py="$venv/bin/python"
 
 stamp="$venv/.dltrace-setup"
-key="$(cat pyproject.toml tools/setup.sh | sha256sum | cut -c1-16)"
+# setup.py and analyze/native/ build the native OTF2 codec: a change there reinstalls (rebuilds) too
+key="$(cat pyproject.toml tools/setup.sh setup.py analyze/native/*.[ch] | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$key" ]; then
     say "installing Python packages (first time: a few minutes)"
     "$py" -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
     # torch first and alone: 2.13.0 is the CPU build on this disk (other versions pull CUDA builds)
     "$py" -m pip install -q "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
-    "$py" -m pip install -q -e ".[torch,tensorflow,horovod,dev]" 2>&1 | grep -v "is ignored" || true
+    "$py" -m pip install -q -e ".[torch,tensorflow,horovod,mpi,dev]" 2>&1 | grep -v "is ignored" || true
     "$py" -c 'import torch, tensorflow, numpy, pandas, plotnine, duckdb, otf2' 2>/dev/null || {
         say "error: the Python packages did not install; see the pip output above" >&2; exit 1; }
     echo "$key" > "$stamp"

@@ -1,0 +1,1 @@
+"""Test stand-in for Score-P's Python bindings (see ../README.md)."""
