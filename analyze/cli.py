@@ -45,7 +45,8 @@ def _report_parser(sub: argparse._SubParsersAction) -> None:
         "report", help="figures of one or more runs as a multi-page PDF",
         description="Build (or reuse) each RUN's database and write a PDF: the bottleneck "
         "comparison of all runs, then per run its timeline, per-step breakdown and collective "
-        "waits.")
+        "waits. A sweep directory (instrument sweep) gets its scaling, phase, model and "
+        "prediction pages instead (docs/experiments.md).")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directories or archives")
     p.add_argument("-o", "--output", type=Path, default=Path("reports/report.pdf"),
                    help="the PDF to write (default reports/report.pdf)")
@@ -72,6 +73,39 @@ def _cmd_report(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _compare_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "compare", help="one table across a sweep's runs: means, CIs, speedup, models",
+        description="Build (or reuse) the database of every run under SWEEP (the directory "
+        "instrument sweep wrote) and write SWEEP/compare.duckdb: per-run and per-configuration "
+        "means with 95%% confidence intervals, speedup and efficiency, allocation of variation, "
+        "fits against ranks and an allreduce model with hold-out predictions.")
+    p.add_argument("sweep", type=Path, metavar="SWEEP", help="sweep directory (or any directory of runs)")
+    p.add_argument("--predict-ranks", metavar="P,Q", type=_int_list, default=[],
+                   help="also predict allreduce time per step at these rank counts")
+    p.add_argument("--force", action="store_true", help="rebuild the runs' databases")
+    p.set_defaults(func=_cmd_compare)
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected rank counts such as 4,8, not {text!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive rank counts such as 4,8, not {text!r}")
+    return values
+
+
+def _cmd_compare(ns: argparse.Namespace) -> int:
+    from analyze import compare
+
+    result = compare.compare(ns.sweep, force=ns.force, predict_ranks=ns.predict_ranks)
+    print(compare.text(result))
+    print(f"database: {_display(result.db)}")
+    return 0
+
+
 def _display(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
@@ -84,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True)
     _phases_parser(sub)
     _report_parser(sub)
+    _compare_parser(sub)
     return parser
 
 

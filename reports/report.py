@@ -2,7 +2,8 @@
 
 Page order: the bottleneck comparison of all runs first (the page that compares frameworks),
 then for each run its timeline, its per-step breakdown and, where it has collectives, its
-collective waits. Each run's database is built or reused exactly as ``analyze phases`` does.
+collective waits. A sweep directory (``instrument sweep``) gets the pages of
+:mod:`reports.scaling` instead. Each run's database is built or reused exactly as ``analyze phases`` does.
 The PDF is written to a temporary file and renamed, so a failed report never leaves half a
 PDF where a previous one was.
 """
@@ -21,7 +22,7 @@ from matplotlib import pyplot as plt
 from matplotlib.backends.backend_pdf import PdfPages
 from plotnine import ggplot
 
-from analyze import database, views
+from analyze import compare, database, views
 from analyze.database import AnalyzeError
 from analyze.views import Timeline
 from reports import figures
@@ -56,10 +57,10 @@ def run_pages(con: duckdb.DuckDBPyConnection, index: int, steps: tuple[int, int]
     try:
         tl = views.timeline(con, steps)
     except ValueError:
-        available = con.execute("SELECT min(step), max(step) FROM steps").fetchone()
+        first, last = con.execute("SELECT min(step), max(step) FROM steps").fetchone() or (None, None)
         raise AnalyzeError(
             f"{run} has no steps {steps[0] if steps else ''}:{steps[1] if steps else ''} "
-            f"(it has steps {available[0]}-{available[1]}); choose others with --steps A:B"
+            f"(it has steps {first}-{last}); choose others with --steps A:B"
         ) from None
     pages = [Page(f"{tag}-timeline", figures.timeline(tl, label)),
              Page(f"{tag}-steps", figures.step_breakdown(views.step_phases(con), label))]
@@ -88,6 +89,8 @@ def build_report(
     out = Path(out)
     if out.suffix.lower() != ".pdf":
         raise AnalyzeError(f"the report file must end in .pdf: {out}")
+    if any(compare.is_sweep(Path(r)) for r in runs):
+        return _sweep_report(runs, out, png, force)
     comparison = []
     pages: list[Page] = []
     notes: list[str] = []
@@ -102,6 +105,22 @@ def build_report(
             notes.append(f"{label.name}: {tl.note}")
     pages.insert(0, Page("bottleneck", figures.bottleneck(pd.concat(comparison, ignore_index=True))))
     pngs = write(pages, out, png)
+    return Report(out, [p.slug for p in pages], pngs, notes)
+
+
+def _sweep_report(runs: list[Path | str], out: Path, png: bool, force: bool) -> Report:
+    """A sweep's pages (reports/scaling.py); per-run pages are left to ``analyze report RUN``."""
+    if len(runs) > 1:
+        sweep = next(r for r in runs if compare.is_sweep(Path(r)))
+        raise AnalyzeError(f"{sweep} is a sweep directory: report it alone (analyze report SWEEP "
+                           "-o FILE.pdf), or name single runs only.")
+    from reports.scaling import sweep_pages
+
+    result = compare.compare(Path(runs[0]), force=force)
+    pages = sweep_pages(result)
+    pngs = write(pages, out, png)
+    notes = [*result.notes, f"no per-run pages for a sweep; draw a run's with analyze report "
+                            f"{runs[0]}/RUN"]
     return Report(out, [p.slug for p in pages], pngs, notes)
 
 
