@@ -208,6 +208,8 @@ class Tracer(Recorder):
         free = self.buffer.lock_free(self.flush_timeout_s)
         if free:
             self.end_steps()
+            if threading.current_thread() is threading.main_thread():
+                self.unwind(0)  # a step opened after the last optimizer step is balanced too
             self.sync_clock("end")
         self.meta["status"] = status
         self.meta["status_detail"] = detail

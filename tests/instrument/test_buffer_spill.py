@@ -9,7 +9,7 @@ import pytest
 
 from instrument.buffer import EventBuffer
 from instrument.events import EVENT_DTYPE, Kind
-from instrument.spill import HEADER, SpillWriter, read_rank, ranks_present
+from instrument.spill import HEADER, SpillWriter, ranks_present, read_rank
 
 
 def test_buffer_drains_when_full_and_keeps_order() -> None:

@@ -152,3 +152,16 @@ def test_trailing_partial_step_becomes_tail(tmp_path: Path) -> None:
 def test_no_rank_files_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(merge.MergeError, match="no per-rank trace files"):
         merge.collect(tmp_path)
+
+
+def test_activity_after_the_last_optimizer_step_leaves_a_complete_rank(tmp_path: Path) -> None:
+    """A collective after the last step (a final barrier) opens a step that finalize closes:
+    the rank is complete, the trailing step is a tail."""
+    tr = traced_rank(tmp_path, 0, 1000, steps=1)
+    barrier = tr.region_id("torch.distributed.barrier", Role.BARRIER)
+    tr.enter(barrier)
+    tr.finalize("ok")
+    result = merge.collect(tmp_path, expected_ranks=1)
+    assert result.ranks[0].open_regions_closed == 0 and result.complete
+    names = [d for _, k, _, d in read_back(write_archive(result.spec, tmp_path)) if k == "Enter"]
+    assert names.count("dltrace.step") == 1 and names.count("dltrace.tail") == 1
