@@ -55,18 +55,37 @@ def step_phases(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """).df()
 
 
-def steady_steps(n_steps: int) -> tuple[int, int]:
-    """The steps that represent steady state: the first step (and, in longer runs, the
-    first tenth) is warm-up. Returns a half-open range."""
-    if n_steps <= 1:
-        return 0, n_steps
-    return max(1, n_steps // 10), n_steps
+WARMUP_OUTLIER = 4.0  # a step this many times the typical step, early in the run, is warm-up
+
+
+def warmup_end(durations: np.ndarray) -> int:
+    """Index of the first steady-state step, given each step's duration in order.
+
+    Warm-up is the first step and, in longer runs, the first tenth; it extends past any step
+    in the first half of the run that took more than :data:`WARMUP_OUTLIER` times the median
+    step of the second half (a graph compiled on first use: TensorFlow traces a custom loop's
+    synchronizing step only when it first runs, K steps in).
+    """
+    n = len(durations)
+    if n <= 1:
+        return 0
+    start = max(1, n // 10)
+    typical = float(np.median(durations[n // 2:]))
+    slow = np.flatnonzero(durations[: n // 2] > WARMUP_OUTLIER * typical)
+    return max(start, int(slow[-1]) + 1) if len(slow) else start
+
+
+def steady_steps(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
+    """The steady-state steps of a run, half-open (see :func:`warmup_end`); durations are
+    the median over ranks of each step."""
+    d = con.execute("SELECT median(duration_ns) FROM steps GROUP BY step ORDER BY step").fetchnumpy()
+    durations = next(iter(d.values())) if d else np.zeros(0)
+    return warmup_end(np.asarray(durations, dtype=np.float64)), len(durations)
 
 
 def breakdown(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """One row per phase: mean ms per step over steady-state steps and all ranks."""
-    n = con.execute("SELECT max(step) + 1 FROM steps").fetchone()[0] or 0  # type: ignore[index]
-    a, b = steady_steps(int(n))
+    a, b = steady_steps(con)
     df = con.execute("""
         SELECT phase, sum(duration_ns) / 1e6 / count(DISTINCT (rank, step)) AS ms
         FROM phases WHERE step >= $a AND step < $b GROUP BY phase
@@ -77,8 +96,7 @@ def breakdown(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 def default_window(con: duckdb.DuckDBPyConnection, count: int = 3) -> tuple[int, int]:
     """A few steady-state steps after warm-up (half-open)."""
-    n = int(con.execute("SELECT coalesce(max(step) + 1, 0) FROM steps").fetchone()[0])  # type: ignore[index]
-    a, b = steady_steps(n)
+    a, b = steady_steps(con)
     return a, min(b, a + count)
 
 
