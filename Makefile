@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 RUN ?= traces/demo-ddp-np2
 
-.PHONY: help setup main demo test test-fast lint docs clean
+.PHONY: help setup main demo sweep-demo test test-fast bench lint docs clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' Makefile | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -21,11 +21,24 @@ demo:  ## trace a 2-rank DDP run, print its phases, write reports/demo.pdf
 	$(BIN)/analyze phases $(RUN)
 	$(BIN)/analyze report $(RUN) -o reports/demo.pdf
 
-test: setup  ## set up, then run all tests, slow multi-rank runs included (what CI runs)
-	$(PY) -m pytest -q
+sweep-demo:  ## a designed experiment: 1 and 2 ranks x 2 replications, compared, reports/sweep-tiny.pdf
+	$(BIN)/instrument sweep runs/designs/tiny.toml
+	$(BIN)/analyze compare traces/sweeps/tiny
+	$(BIN)/analyze report traces/sweeps/tiny -o reports/sweep-tiny.pdf
+
+test: setup  ## set up, lint, then run all tests, slow multi-rank runs included (what CI runs)
+	$(MAKE) --no-print-directory lint
+	DLTRACE_REQUIRE_ALL=1 $(PY) -m pytest -q
 
 test-fast:  ## the quick tests only (no multi-rank runs)
 	$(PY) -m pytest -q -m "not slow"
+
+bench:  ## the benchmarks of bench/README.md (about 25 minutes; up to 7 GB of disk in ~/.cache)
+	$(PY) -m bench.ingest --events 1M --repeat 3
+	$(PY) -m bench.ingest --events 10M,100M --readers native --repeat 2
+	$(PY) -m bench.merge --events 200k --repeat 3
+	$(PY) -m bench.merge --events 10M --paths native --repeat 3
+	$(PY) -m bench.overhead --repeat 8 --steps 40
 
 lint:  ## ruff and mypy
 	$(BIN)/ruff check instrument analyze reports runs tests bench

@@ -28,7 +28,15 @@ from plotnine import (
 )
 
 from analyze.views import RunLabel, Timeline
-from reports.theme import BASE_SIZE, HEIGHT_IN, PHASE_COLORS, PHASE_ORDER, WIDTH_IN, phase_fill, theme_dltrace
+from reports.theme import (
+    BASE_SIZE,
+    HEIGHT_IN,
+    PHASE_COLORS,
+    PHASE_ORDER,
+    WIDTH_IN,
+    phase_fill,
+    theme_dltrace,
+)
 
 
 def present_phases(phases: pd.Series, amounts: pd.Series | None = None) -> list[str]:
@@ -73,9 +81,9 @@ def step_breakdown(steps: pd.DataFrame, label: RunLabel) -> ggplot:
     cols = min(4, n_ranks)
     rows = -(-n_ranks // cols)
     return (
-        ggplot(df, aes("step", "ms", fill="phase"))
+        ggplot(df, aes("step", "ms", fill="phase"))  # type: ignore[operator]
         + geom_col(width=0.85)
-        + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)
+        + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)  # type: ignore[arg-type]
         + phase_fill(present_phases(df["phase"], df["ms"]))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle="time per step by phase; step 0 is usually warm-up",

@@ -20,7 +20,6 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
-
 from workload import SyntheticImages, add_arguments, gradient_bytes, make_model
 
 

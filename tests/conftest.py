@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -39,6 +41,23 @@ def instrument_run(out: Path, *args: str, name: str = "t", timeout: float = 600,
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, **(env or {})))
     return Run(proc, out / name)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under ``make test`` (what CI runs), everything the setup installs must be there: a
+    test that skips for want of it would hide a broken setup."""
+    if os.environ.get("DLTRACE_REQUIRE_ALL") != "1":
+        return
+    from analyze import native_reader
+
+    missing = [] if native_reader.available() else [
+        f"the native OTF2 reader ({native_reader.unavailable_reason()})"]
+    missing += [m for m in ("tensorflow", "horovod", "mpi4py") if importlib.util.find_spec(m) is None]
+    missing += [t for t in ("mpirun", "otf2-print") if shutil.which(t) is None]
+    if os.environ.get("DLTRACE_SKIP_HOROVOD") == "1":
+        missing.append("Horovod (DLTRACE_SKIP_HOROVOD=1 is set)")
+    if missing:
+        pytest.exit("make test needs what `make setup` installs; missing: " + ", ".join(missing), returncode=3)
 
 
 @pytest.fixture(scope="session")

@@ -48,14 +48,14 @@ def test_generated_traces_partition_steps_end_to_end(tmp_path_factory, colls) ->
         items += [(rank, "dltrace.step", 0, 100 * MS), (rank, "dltrace.step", 100 * MS, 200 * MS)]
     for i, (rank, start, length) in enumerate(colls):
         base = 100 * MS * (i % 2)
-        items.append((rank, f"MPI_Allreduce", base + start * MS // 10 * 10 + i, base + start * MS // 10 * 10 + i + length * MS // 10,
+        items.append((rank, "MPI_Allreduce", base + start * MS // 10 * 10 + i, base + start * MS // 10 * 10 + i + length * MS // 10,
                       {"op": "allreduce", "bytes": 8}))
     # keep each rank's collectives disjoint so they nest
     by_rank: dict[int, list] = {}
     for it in items[4:]:
         by_rank.setdefault(it[0], []).append(it)
     kept = items[:4]
-    for rank, its in by_rank.items():
+    for its in by_rank.values():
         end = -1
         for it in sorted(its, key=lambda x: x[2]):
             step_end = 100 * MS if it[2] < 100 * MS else 200 * MS

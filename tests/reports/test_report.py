@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,7 +28,8 @@ def pages(pdf: Path) -> int:
 @pytest.mark.slow
 def test_report_of_a_ddp_run_and_a_scorep_trace(ddp_run: Run, tmp_path: Path) -> None:
     out = tmp_path / "cmp.pdf"
-    proc = report(str(ddp_run.run_dir), str(SCOREP_FIXTURES / "pipit-pingpong"), "-o", str(out), "--png")
+    scorep = shutil.copytree(SCOREP_FIXTURES / "pipit-pingpong", tmp_path / "pipit-pingpong")
+    proc = report(str(ddp_run.run_dir), str(scorep), "-o", str(out), "--png")
     assert proc.returncode == 0, proc.stderr
     # bottleneck comparison + DDP (timeline, steps, collective waits) + ping-pong (timeline,
     # steps; it has no collectives)
@@ -68,5 +70,5 @@ def test_hostile_run_names_and_a_missing_run(tmp_path: Path) -> None:
 
 
 def test_output_must_be_a_pdf(tmp_path: Path) -> None:
-    proc = report(str(SCOREP_FIXTURES / "pipit-pingpong"), "-o", str(tmp_path / "r.png"))
+    proc = report(str(tmp_path / "whatever"), "-o", str(tmp_path / "r.png"))
     assert proc.returncode != 0 and "must end in .pdf" in proc.stderr
