@@ -35,7 +35,14 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
     con.executemany("INSERT INTO op_names VALUES (?, ?)", op_names())
     con.execute(f"""
         INSERT INTO collectives
-        WITH c AS (
+        WITH ci AS (
+            -- only the instances that perform a collective: a hash table over the whole
+            -- intervals table would need gigabytes at 10^8 events
+            SELECT i.location_id, i.idx, i.region_id, i.start_ns, i.end_ns
+            FROM intervals i SEMI JOIN raw_collectives rc
+              ON rc.location_id = i.location_id AND rc.interval_idx = i.idx
+        ),
+        c AS (
             SELECT rc.rank, rc.location_id, NOT l.is_main AS is_async,
                    rc.interval_idx, i.region_id, rc.comm_id, o.name AS op,
                    CASE WHEN rc.root < 0 THEN NULL ELSE rc.root END AS root,
@@ -45,7 +52,7 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
             FROM raw_collectives rc
             JOIN locations l USING (location_id)
             JOIN op_names o ON o.op = rc.op
-            LEFT JOIN intervals i ON i.location_id = rc.location_id AND i.idx = rc.interval_idx
+            LEFT JOIN ci i ON i.location_id = rc.location_id AND i.idx = rc.interval_idx
             WHERE o.name NOT IN {NOT_DATA}
         ),
         s AS (
@@ -85,14 +92,19 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
 def build_p2p(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("""
         INSERT INTO p2p
-        WITH m AS (
+        WITH mi AS (  -- only the instances enclosing a message (see build_collectives)
+            SELECT i.location_id, i.idx, i.start_ns, i.end_ns
+            FROM intervals i SEMI JOIN raw_messages rm
+              ON rm.location_id = i.location_id AND rm.interval_idx = i.idx
+        ),
+        m AS (
             SELECT rm.rank, rm.location_id, rm.direction, cm.members[rm.peer + 1] AS peer,
                    rm.comm_id, rm.tag, rm.bytes, rm.time_ns, rm.interval_idx,
                    coalesce(i.start_ns, rm.time_ns) AS enter_ns,
                    coalesce(i.end_ns, rm.time_ns) AS leave_ns
             FROM raw_messages rm
             LEFT JOIN communicators cm USING (comm_id)
-            LEFT JOIN intervals i ON i.location_id = rm.location_id AND i.idx = rm.interval_idx
+            LEFT JOIN mi i ON i.location_id = rm.location_id AND i.idx = rm.interval_idx
         ),
         s AS (
             SELECT *,

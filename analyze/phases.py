@@ -24,7 +24,6 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from analyze.regions import is_allreduce_name
 from analyze.schema import COMPUTE_CATEGORIES, Category, Phase
 
 # Levels of the sweep.
@@ -125,82 +124,102 @@ def sweep_intervals(
                          "phase": [str(PHASES[c]) for c in codes[starts]], "step": step[starts]})
 
 
-def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | None = None) -> pd.DataFrame:
-    """All segments of all ranks: rank, start, end, level; only those overlapping [t0, t1]
-    when given (the timeline of a few steps of a long run)."""
-    compute = ", ".join(f"'{c}'" for c in COMPUTE_CATEGORIES)
-    lo = -(1 << 62) if t0 is None else int(t0)
-    hi = (1 << 62) if t1 is None else int(t1)
-    main = con.execute(f"""
-        SELECT i.rank, i.start_ns, i.end_ns, r.category, r.name,
-               (SELECT c.op FROM collectives c WHERE c.location_id = i.location_id
-                  AND c.interval_idx = i.idx LIMIT 1) AS op
-        FROM intervals i JOIN regions r USING (region_id) JOIN locations l USING (location_id)
-        WHERE l.is_main AND r.category IN ('{Category.COLLECTIVE}', '{Category.P2P}',
-              '{Category.OVERHEAD}', '{Category.RUNTIME}', '{Category.WAIT}', {compute})
-          AND i.end_ns >= {lo} AND i.start_ns <= {hi}
-    """).df()
-    level = np.full(len(main), COMPUTE, dtype=np.int64)
-    cat = main["category"].to_numpy()
-    comm = np.isin(cat, [Category.COLLECTIVE, Category.P2P])
-    # The collective record's op decides; regions without records go by name.
-    op = main["op"]
-    by_name = np.array([is_allreduce_name(n) for n in main["name"]], dtype=bool)
-    is_ar = np.where(op.isna().to_numpy(), by_name, op.fillna("").to_numpy() == "allreduce")
-    allreduce = comm & is_ar & (cat == Category.COLLECTIVE)
-    level[allreduce] = SYNC_ALLREDUCE
-    level[comm & ~allreduce] = SYNC_OTHER
-    level[np.isin(cat, [Category.OVERHEAD, Category.RUNTIME])] = OTHER
-    level[cat == Category.WAIT] = WAIT
-    parts = [pd.DataFrame({"rank": main["rank"], "start": main["start_ns"], "end": main["end_ns"],
-                           "level": level})]
+def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | None = None,
+             rank: int | None = None) -> pd.DataFrame:
+    """The segments of every rank (or of ``rank``): int64 columns rank, start, end, level;
+    only those overlapping [t0, t1] when given (the timeline of a few steps of a long run).
 
-    colls = con.execute(f"""
-        SELECT rank, is_async, op, enter_ns, leave_ns, enter_ns + wait_ns AS wait_end FROM collectives
-        WHERE leave_ns >= {lo} AND enter_ns <= {hi}
-    """).df()
-    if len(colls):
-        asy = colls["is_async"].to_numpy()
-        ar = colls["op"].to_numpy() == "allreduce"
-        parts.append(pd.DataFrame({
-            "rank": colls["rank"], "start": colls["enter_ns"], "end": colls["wait_end"],
-            "level": np.where(asy, ASYNC_IDLE, SYNC_IDLE)}))
-        parts.append(pd.DataFrame({  # async only: sync ones are covered by their regions
-            "rank": colls["rank"][asy], "start": colls["enter_ns"][asy], "end": colls["leave_ns"][asy],
-            "level": np.where(ar[asy], ASYNC_ALLREDUCE, ASYNC_OTHER)}))
-    waits = con.execute(f"""
-        SELECT p.rank, p.enter_ns, p.enter_ns + p.wait_ns AS wait_end
+    The levels are worked out in SQL, so a trace's tens of millions of intervals reach Python
+    as four integer columns, not as region names.
+    """
+    where = f"AND {{rank}} = {int(rank)}" if rank is not None else ""
+    window = {"lo": -(1 << 62) if t0 is None else int(t0), "hi": (1 << 62) if t1 is None else int(t1)}
+    def listed(*categories: str) -> str:
+        return "(" + ", ".join(f"'{c}'" for c in categories) + ")"
+
+    comm = listed(Category.COLLECTIVE, Category.P2P)
+    kept = listed(Category.COLLECTIVE, Category.P2P, Category.OVERHEAD, Category.RUNTIME,
+                  Category.WAIT, *COMPUTE_CATEGORIES)
+    parts = [con.execute(f"""
+        WITH ops AS (SELECT location_id, interval_idx, any_value(op) AS op FROM collectives
+                     WHERE leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}
+                     GROUP BY location_id, interval_idx)
+        SELECT i.rank, i.start_ns, i.end_ns,
+               CASE
+                 WHEN r.category = '{Category.COLLECTIVE}'
+                      -- the collective record's op decides; regions without one go by name
+                      AND coalesce(o.op = 'allreduce',
+                                   lower(replace(r.name, '_', '')) LIKE '%allreduce%')
+                   THEN {SYNC_ALLREDUCE}
+                 WHEN r.category IN {comm} THEN {SYNC_OTHER}
+                 WHEN r.category IN {listed(Category.OVERHEAD, Category.RUNTIME)} THEN {OTHER}
+                 WHEN r.category = '{Category.WAIT}' THEN {WAIT}
+                 ELSE {COMPUTE}
+               END
+        FROM intervals i JOIN regions r USING (region_id) JOIN locations l USING (location_id)
+        LEFT JOIN ops o ON o.location_id = i.location_id AND o.interval_idx = i.idx
+        WHERE l.is_main AND r.category IN {kept}
+          AND i.end_ns >= $lo AND i.start_ns <= $hi {where.format(rank="i.rank")}
+    """, window).fetchnumpy()]
+    # a collective's waiting (asynchronous ones on lanes or other threads at their own levels)
+    parts.append(con.execute(f"""
+        SELECT rank, enter_ns, enter_ns + wait_ns, CASE WHEN is_async THEN {ASYNC_IDLE} ELSE {SYNC_IDLE} END
+        FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}
+    """, window).fetchnumpy())
+    # asynchronous collectives themselves (synchronous ones are covered by their regions)
+    parts.append(con.execute(f"""
+        SELECT rank, enter_ns, leave_ns, CASE WHEN op = 'allreduce' THEN {ASYNC_ALLREDUCE} ELSE {ASYNC_OTHER} END
+        FROM collectives WHERE is_async AND leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}
+    """, window).fetchnumpy())
+    # a receive waiting for a late sender
+    parts.append(con.execute(f"""
+        SELECT p.rank, p.enter_ns, p.enter_ns + p.wait_ns, {SYNC_IDLE}
         FROM p2p p JOIN locations l USING (location_id)
-        WHERE l.is_main AND p.wait_ns > 0 AND p.leave_ns >= {lo} AND p.enter_ns <= {hi}
-    """).df()
-    if len(waits):
-        parts.append(pd.DataFrame({"rank": waits["rank"], "start": waits["enter_ns"],
-                                   "end": waits["wait_end"], "level": SYNC_IDLE}))
-    return pd.concat(parts, ignore_index=True)
+        WHERE l.is_main AND p.wait_ns > 0 AND p.leave_ns >= $lo AND p.enter_ns <= $hi
+              {where.format(rank="p.rank")}
+    """, window).fetchnumpy())
+    columns = ("rank", "start", "end", "level")
+    return pd.DataFrame({name: np.concatenate([np.asarray(list(part.values())[i], dtype=np.int64)
+                                               for part in parts])
+                         for i, name in enumerate(columns)})
+
+
+WINDOW_SEGMENTS = 2_000_000  # segments swept at a time: bounds memory whatever the trace size
 
 
 def build_phases(con: duckdb.DuckDBPyConnection) -> None:
-    steps = con.execute("SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, step").df()
-    segs = segments(con)
-    rows = []
-    seg_by_rank = dict(tuple(segs.groupby("rank"))) if len(segs) else {}
-    for rank, st in steps.groupby("rank"):
-        s = seg_by_rank.get(rank)
-        empty = np.zeros(0, dtype=np.int64)
-        totals = sweep(
-            empty if s is None else s["start"].to_numpy(np.int64),
-            empty if s is None else s["end"].to_numpy(np.int64),
-            empty if s is None else s["level"].to_numpy(np.int64),
-            st["start_ns"].to_numpy(np.int64), st["end_ns"].to_numpy(np.int64),
-        )
-        step_ids = st["step"].to_numpy()
-        for i, phase in enumerate(PHASES):
-            rows.append(pd.DataFrame({"rank": rank, "step": step_ids, "phase": str(phase),
-                                      "duration_ns": totals[:, i]}))
-    if rows:
-        con.register("phase_rows", pd.concat(rows, ignore_index=True))
-        con.execute("INSERT INTO phases SELECT rank, step, phase, duration_ns FROM phase_rows")
-        con.unregister("phase_rows")
+    """Fill ``phases``: rank by rank and, within a rank, in windows of whole steps holding
+    about :data:`WINDOW_SEGMENTS` segments, so memory stays bounded for long traces."""
+    counts = dict(con.execute("""
+        SELECT i.rank, count(*) FROM intervals i JOIN locations l USING (location_id)
+        WHERE l.is_main GROUP BY i.rank""").fetchall())
+    ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM steps ORDER BY rank").fetchall()]
+    for rank in ranks:
+        st = con.execute("SELECT step, start_ns, end_ns FROM steps WHERE rank = $r ORDER BY start_ns",
+                         {"r": rank}).fetchnumpy()
+        step_ids = np.asarray(st["step"], np.int32)
+        starts, ends = np.asarray(st["start_ns"], np.int64), np.asarray(st["end_ns"], np.int64)
+        per_window = max(1, len(starts) * WINDOW_SEGMENTS // max(1, counts.get(rank, 0)))
+        for a in range(0, len(starts), per_window):
+            b = min(len(starts), a + per_window)
+            # segments overlapping the window; the sweep counts only what lies inside its steps
+            seg = segments(con, int(starts[a:b].min()), int(ends[a:b].max()), rank=rank)
+            totals = sweep(seg["start"].to_numpy(), seg["end"].to_numpy(), seg["level"].to_numpy(),
+                           starts[a:b], ends[a:b])
+            _insert_phases(con, rank, step_ids[a:b], totals)
+
+
+def _insert_phases(con: duckdb.DuckDBPyConnection, rank: int, steps: np.ndarray, totals: np.ndarray) -> None:
+    n = len(steps)
+    rows = {
+        "rank": np.full(n * len(PHASES), rank, dtype=np.int32),
+        "step": np.tile(steps, len(PHASES)),
+        "phase": np.repeat(np.array([str(p) for p in PHASES], dtype=object), n),
+        "duration_ns": totals.T.reshape(-1),
+    }
+    con.register("phase_rows", rows)
+    con.execute("INSERT INTO phases SELECT rank, step, phase, duration_ns FROM phase_rows")
+    con.unregister("phase_rows")
 
 
 def summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:

@@ -51,9 +51,3 @@ def classify(name: str, paradigm: str, role: str) -> Category:
     if name.startswith("user:"):
         return Category.USER
     return Category.FUNCTION
-
-
-def is_allreduce_name(name: str) -> bool:
-    """For collective regions without collective records (e.g. Score-P user regions)."""
-    n = name.lower().replace("_", "")
-    return "allreduce" in n

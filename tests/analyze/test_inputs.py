@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -17,9 +18,10 @@ from tests.literal import write_literal
 MS = 1_000_000
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "analyze.cli", *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def small_run(path: Path) -> Path:
@@ -66,6 +68,18 @@ def test_missing_definitions(tmp_path: Path) -> None:
     run = small_run(tmp_path / "run")
     (run / "traces.def").unlink()
     assert_clean_error(cli("phases", str(run)), "traces.otf2")
+
+
+@pytest.mark.parametrize(("memory", "words"), [
+    ("lots", ["DLTRACE_BUILD_MEMORY='lots' is not a memory size"]),
+    ("1MB", ["ran out of memory", "raise DLTRACE_BUILD_MEMORY (now 1MB"]),
+])
+def test_build_memory_cap_errors_are_clean(tmp_path: Path, memory: str, words: list[str]) -> None:
+    run = small_run(tmp_path / "run")
+    assert_clean_error(cli("phases", str(run), env={"DLTRACE_BUILD_MEMORY": memory}), *words)
+    assert not list(run.glob("*.duckdb*")) and not list(run.glob(".*.duckdb*"))
+    ok = cli("phases", str(run), env={"DLTRACE_BUILD_MEMORY": "default"})
+    assert ok.returncode == 0, ok.stderr
 
 
 def test_rebuild_is_idempotent_and_force_rebuilds(tmp_path: Path) -> None:
