@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
-import time
 
 import torch
 import torch.distributed as dist
+from step_clock import StepClock
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
@@ -43,9 +41,9 @@ def main() -> None:
     if rank == 0:
         print(f"world {world}, model {args.model}, gradient bytes {gradient_bytes(model)}", flush=True)
 
-    losses, times = [], []
+    clock = StepClock(rank)
     for step in range(args.steps):
-        t0 = time.perf_counter()
+        clock.start()
         if args.fail_at_step == step and rank == args.fail_rank:
             raise RuntimeError(f"deliberate failure at step {step} (--fail-at-step)")
         total = 0.0
@@ -58,20 +56,8 @@ def main() -> None:
             total += loss.item()
         opt.step()
         opt.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t0)
-        losses.append(total)
-        if rank == 0:
-            print(f"step {step} loss {total!r}", flush=True)
-
-    if rank == 0:
-        steady = times[1:] or times
-        print(f"mean step time {1000 * sum(steady) / len(steady):.2f} ms", flush=True)
-        print("losses " + json.dumps(losses), flush=True)
-        path = os.environ.get("DLTRACE_EXAMPLE_RESULT")
-        if path:
-            with open(path, "w") as f:
-                json.dump({"losses": losses, "step_times_s": times}, f)
-    print(f"rank {rank} done: {args.steps} steps", flush=True)
+        clock.done(total)
+    clock.report()
     dist.destroy_process_group()
 
 

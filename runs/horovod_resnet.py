@@ -13,12 +13,10 @@ mean step time, in the same words as the DDP example.
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import time
 
 import horovod.torch as hvd
 import torch
+from step_clock import StepClock
 from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 from workload import SyntheticImages, add_arguments, gradient_bytes, make_model
@@ -48,9 +46,9 @@ def main() -> None:
     if rank == 0:
         print(f"world {world}, model {args.model}, gradient bytes {gradient_bytes(model)}", flush=True)
 
-    losses, times = [], []
+    clock = StepClock(rank)
     for step in range(args.steps):
-        t0 = time.perf_counter()
+        clock.start()
         if args.fail_at_step == step and rank == args.fail_rank:
             raise RuntimeError(f"deliberate failure at step {step} (--fail-at-step)")
         total = 0.0
@@ -61,20 +59,8 @@ def main() -> None:
             total += loss.item()
         opt.step()
         opt.zero_grad()  # Horovod's zero_grad() takes no arguments
-        times.append(time.perf_counter() - t0)
-        losses.append(total)
-        if rank == 0:
-            print(f"step {step} loss {total!r}", flush=True)
-
-    if rank == 0:
-        steady = times[1:] or times
-        print(f"mean step time {1000 * sum(steady) / len(steady):.2f} ms", flush=True)
-        print("losses " + json.dumps(losses), flush=True)
-        path = os.environ.get("DLTRACE_EXAMPLE_RESULT")
-        if path:
-            with open(path, "w") as f:
-                json.dump({"losses": losses, "step_times_s": times}, f)
-    print(f"rank {rank} done: {args.steps} steps", flush=True)
+        clock.done(total)
+    clock.report()
     hvd.shutdown()
 
 

@@ -11,12 +11,11 @@ worker. The scripts print the same lines as the PyTorch examples (``gradient byt
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import time
 
 import numpy as np
 import tensorflow as tf
+from step_clock import StepClock
 
 MODELS = ("resnet50", "efficientnetb0", "tiny")
 POOL_BATCHES = 4  # distinct synthetic batches per worker, repeated
@@ -78,36 +77,6 @@ def synthetic_dataset(batch: int, image_size: int, classes: int, seed: int, work
 def gradient_bytes(model: tf.keras.Model) -> int:
     """Bytes of all trainable variables' gradients (what one all-reduce round moves)."""
     return sum(int(v.shape.num_elements()) * v.dtype.size for v in model.trainable_variables)
-
-
-class StepClock:
-    """Per-step losses and wall times, printed as the PyTorch examples print them."""
-
-    def __init__(self, rank: int):
-        self.rank = rank
-        self.losses: list[float] = []
-        self.times: list[float] = []
-        self._t0 = time.perf_counter()
-
-    def start(self) -> None:
-        self._t0 = time.perf_counter()
-
-    def done(self, loss: float) -> None:
-        self.times.append(time.perf_counter() - self._t0)
-        self.losses.append(float(loss))
-        if self.rank == 0:
-            print(f"step {len(self.losses) - 1} loss {float(loss)!r}", flush=True)
-
-    def report(self) -> None:
-        if self.rank == 0:
-            steady = self.times[1:] or self.times
-            print(f"mean step time {1000 * sum(steady) / max(1, len(steady)):.2f} ms", flush=True)
-            print("losses " + json.dumps(self.losses), flush=True)
-            path = os.environ.get("DLTRACE_EXAMPLE_RESULT")
-            if path:
-                with open(path, "w") as f:
-                    json.dump({"losses": self.losses, "step_times_s": self.times}, f)
-        print(f"rank {self.rank} done: {len(self.losses)} steps", flush=True)
 
 
 class LossLog(tf.keras.callbacks.Callback):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -32,6 +33,19 @@ class Run:
     @property
     def output(self) -> str:
         return self.proc.stdout + self.proc.stderr
+
+    def number(self, label: str) -> int:
+        """The integer the example printed after ``label`` ("gradient bytes 701032")."""
+        m = re.search(re.escape(label) + r" (\d+)", self.output)
+        assert m, self.output
+        return int(m.group(1))
+
+    @property
+    def losses(self) -> list[float]:
+        """The per-step losses the example printed (runs/step_clock.py)."""
+        m = re.search(r"losses (\[.*\])", self.output)
+        assert m, self.output
+        return json.loads(m.group(1))
 
 
 def instrument_run(out: Path, *args: str, name: str = "t", timeout: float = 600,

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import subprocess
@@ -17,16 +16,6 @@ from tests.conftest import Run, instrument_run
 pytestmark = pytest.mark.slow
 
 
-def gradient_bytes(run: Run) -> int:
-    m = re.search(r"gradient bytes (\d+)", run.output)
-    assert m, run.output
-    return int(m.group(1))
-
-
-def losses(run: Run) -> list[float]:
-    m = re.search(r"losses (\[.*\])", run.output)
-    assert m, run.output
-    return json.loads(m.group(1))
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +67,7 @@ def test_each_step_has_one_optimizer_and_allreduces_of_the_gradient_bytes(traced
                   and c.enter_ns >= s.start_ns and c.enter_ns < s.end_ns) as bytes
         from steps s order by s.rank, s.step
     """).fetchall()
-    grad = gradient_bytes(traced)
+    grad = traced.number("gradient bytes")
     for rank, step, optimizers, allreduces, nbytes in per_step:
         assert optimizers == 1, (rank, step)
         assert allreduces >= 1, (rank, step)
@@ -106,7 +95,7 @@ def test_tracing_does_not_change_the_losses(out: Path, traced: Run) -> None:
     plain = instrument_run(out, "--tracer", "none", "-np", "2", "runs/ddp_resnet.py", "--steps", str(STEPS),
                            "--batch-size", "16", name="plain")
     assert plain.proc.returncode == 0, plain.output
-    assert losses(plain) == losses(traced)
+    assert plain.losses == traced.losses
     # --tracer none: run.json, no trace
     assert plain.info["tracer"] == "none" and plain.info["trace"] is None
     assert not (plain.run_dir / "traces.otf2").exists() and not (plain.run_dir / "ranks").exists()

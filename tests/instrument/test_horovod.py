@@ -7,7 +7,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import sys
 from pathlib import Path
 
@@ -25,16 +24,6 @@ SCRIPT = "runs/horovod_resnet.py"
 THIRD_PARTY = "tests/instrument/hvd_synthetic_benchmark.py"
 
 
-def number(run: Run, label: str) -> int:
-    m = re.search(label + r" (\d+)", run.output)
-    assert m, run.output
-    return int(m.group(1))
-
-
-def losses(run: Run) -> list[float]:
-    m = re.search(r"losses (\[.*\])", run.output)
-    assert m, run.output
-    return json.loads(m.group(1))
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +90,7 @@ def test_summary_names_the_framework(traced: Run) -> None:
 
 @pytest.mark.slow
 def test_each_step_allreduces_every_gradient_once(traced: Run, db, parameters: dict[str, int]) -> None:  # type: ignore[no-untyped-def]
-    grad = number(traced, "gradient bytes")
+    grad = traced.number("gradient bytes")
     assert grad == sum(parameters.values())
     expected = sorted(f"horovod.allreduce:{n}" for n in parameters)
     rows = per_step_allreduces(db)
@@ -155,7 +144,7 @@ def test_tracing_does_not_change_the_losses(out: Path, traced: Run) -> None:
     plain = instrument_run(out, "--tracer", "none", "-np", "2", SCRIPT, "--steps", str(STEPS),
                            "--batch-size", "16", name="plain")
     assert plain.proc.returncode == 0, plain.output
-    assert losses(plain) == losses(traced)
+    assert plain.losses == traced.losses
 
 
 @pytest.mark.slow
@@ -179,7 +168,7 @@ def test_horovodrun_with_horovods_timeline_on_the_same_clock(out: Path, traced: 
                          "--batch-size", "16", name="hvdrun", env={"DLTRACE_HOROVOD_TIMELINE": "1"})
     assert run.proc.returncode == 0, run.output
     assert run.info["status"] == "ok" and run.info["launcher"] == "horovodrun"
-    assert losses(run) == losses(traced)  # same arithmetic as with our launcher
+    assert run.losses == traced.losses  # same arithmetic as with our launcher
     assert (run.run_dir / "horovod-timeline.json").is_file()
     db = analyze.open(run.run_dir)
     assert_compute_and_allreduce_every_step(db, STEPS)
@@ -207,7 +196,7 @@ def test_an_unmodified_third_party_script(out: Path) -> None:
     run = instrument_run(out, "-np", "2", THIRD_PARTY, name="third_party")
     assert run.proc.returncode == 0, run.output
     assert "Img/sec per rank" in run.proc.stdout  # its own timing still works
-    steps, n_params, grad = number(run, "steps"), number(run, "parameters"), number(run, "gradient bytes")
+    steps, n_params, grad = run.number("steps"), run.number("parameters"), run.number("gradient bytes")
     db = analyze.open(run.run_dir)
     # broadcast_optimizer_state's zero-gradient step() is setup, not a training step
     assert db.execute("SELECT count(*) FROM steps GROUP BY rank").fetchall() == [(steps,), (steps,)]

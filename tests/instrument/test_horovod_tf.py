@@ -13,7 +13,6 @@ import pytest
 
 import analyze
 from tests.conftest import Run
-from tests.instrument.test_ddp_run import gradient_bytes, losses
 from tests.instrument.test_tensorflow import phase_totals, run_ok
 
 if os.environ.get("DLTRACE_SKIP_HOROVOD") == "1":  # the setup was told not to build Horovod
@@ -68,7 +67,7 @@ def assert_every_step_allreduces_the_gradients(run: Run) -> Any:
         # one allreduce per gradient, named by Horovod's tensor name
         assert len(set(names)) == len(names) == gradient_tensors(run), (rank, step, names)
         assert all(n.startswith("horovod.allreduce:HorovodAllreduce_") for n in names), names
-        assert nbytes == gradient_bytes(run), (rank, step)
+        assert nbytes == run.number("gradient bytes"), (rank, step)
     for key, phases in phase_totals(db).items():
         assert phases["compute"] > 0 and phases["allreduce"] > 0, (key, phases)
     return db
@@ -107,8 +106,8 @@ def test_keras_fit_with_horovod_allreduces_every_gradient_once(keras: Run) -> No
 
 def test_tracing_does_not_change_the_losses(out: Path, tape: Run) -> None:
     plain = run_ok(out, "hvd-plain", "--tracer", "none", "-np", "2", SCRIPT, *ARGS, "--steps", str(STEPS))
-    assert len(losses(tape)) == STEPS
-    assert losses(plain) == losses(tape)
+    assert len(tape.losses) == STEPS
+    assert plain.losses == tape.losses
 
 
 COLLECTIVES_SCRIPT = '''

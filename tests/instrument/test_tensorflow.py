@@ -16,7 +16,6 @@ from instrument import rank_env
 from instrument.events import Op
 from instrument.hooks.tensorflow import rendezvous_tf_config
 from tests.conftest import Run, instrument_run
-from tests.instrument.test_ddp_run import gradient_bytes, losses
 from tests.instrument.test_recorder import Log
 
 SYNC = "runs/tf_sync_resnet.py"
@@ -189,7 +188,7 @@ def test_sync_run_has_one_gradient_allreduce_per_step(sync: Run) -> None:
     assert info["framework"] == "tensorflow-mwms"
     assert [r["steps"] for r in info["rank_info"]] == [SYNC_STEPS, SYNC_STEPS]
     db = analyze.open(sync.run_dir)
-    grad = gradient_bytes(sync)
+    grad = sync.number("gradient bytes")
     rows = allreduces_per_step(db)
     assert [(r[0], r[1]) for r in rows] == [(rank, s) for rank in (0, 1) for s in range(SYNC_STEPS)]
     for rank, step, names, _, matched in rows:
@@ -214,7 +213,7 @@ def test_sync_run_has_one_gradient_allreduce_per_step(sync: Run) -> None:
 def test_accumulation_run_allreduces_once_every_k_steps(ctl: Run) -> None:
     assert ctl.info["framework"] == "tensorflow-mwms"
     db = analyze.open(ctl.run_dir)
-    grad = gradient_bytes(ctl)
+    grad = ctl.number("gradient bytes")
     rows = allreduces_per_step(db)
     assert len(rows) == 2 * CTL_STEPS
     totals = phase_totals(db)
@@ -240,8 +239,8 @@ def test_tracing_does_not_change_the_losses(out: Path, sync: Run, ctl: Run, scri
     extra = ("--accumulate", str(K)) if script == CTL else ()
     plain = run_ok(out, f"plain-{Path(script).stem}", "--tracer", "none", "-np", "2", script, *TINY,
                    "--steps", str(steps), *extra)
-    assert len(losses(traced)) == steps
-    assert losses(plain) == losses(traced)
+    assert len(traced.losses) == steps
+    assert plain.losses == traced.losses
 
 
 @pytest.mark.slow
@@ -256,7 +255,7 @@ def test_the_issue_model_runs_traced(out: Path) -> None:
     """ResNet50 from keras.applications, at the smallest input it takes (slow: ~1 min)."""
     run = run_ok(out, "tf-resnet50", "-np", "2", SYNC, "--model", "resnet50", "--batch-size", "2",
                  "--steps", "2")
-    assert gradient_bytes(run) == 94_220_328  # 23,555,082 float32 parameters with 10 classes
+    assert run.number("gradient bytes") == 94_220_328  # 23,555,082 float32 parameters with 10 classes
     db = analyze.open(run.run_dir)
     grads = db.execute("""SELECT count(*), min(bytes) FROM collectives JOIN regions USING (region_id)
                           WHERE name = 'tf.distribute.all_reduce.gradients'""").fetchone()
