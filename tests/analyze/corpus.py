@@ -147,9 +147,13 @@ def classify(archive: Path, reader: str) -> tuple[str, str]:
     return "ok", ""
 
 
-def _worker(seed: int, reader: str, workdir: Path, indices: list[int]) -> None:
+def _worker(seed: int, reader: str, workdir: Path, indices: list[int], native: Path | None) -> None:
     """Child process: make and read each mutant, one JSON line per result (BEGIN first, so the
     parent knows which mutant a crash or hang belongs to)."""
+    if native is not None:  # a sanitized build of the extension, in place of the installed one
+        from tests.analyze import sanitizer
+
+        sanitizer.load(native)
     import analyze.database  # noqa: F401 -- imports take seconds; the time limit is per mutant
 
     srcs = sources(workdir)
@@ -170,20 +174,31 @@ def _pump(stream: Any, lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-def run(count: int, seed: int, reader: str, workdir: Path, start: int = 0) -> list[dict]:
+def run(count: int, seed: int, reader: str, workdir: Path, start: int = 0,
+        sanitized: Path | None = None) -> list[dict]:
     """Make and read mutants ``start .. start + count - 1``; one result dict per mutant.
 
     One child process reads mutants in turn (imports cost seconds; a mutant, milliseconds);
     when it dies or hangs, the mutant it was on is recorded and a new child goes on.
+    ``sanitized``: a sanitized build of the extension (tests/analyze/sanitizer.py) for the
+    children to read with; a finding is a ``crash`` with the sanitizer's summary. (ASan reserves
+    terabytes of address space, so those children run without the address-space limit.)
     """
     todo = list(range(start, start + count))
     results: list[dict] = []
     sources(workdir)  # once, before children race to write it
+    env, log = None, workdir / "worker-stderr.log"
+    if sanitized is not None:
+        from tests.analyze import sanitizer
+
+        env = {**os.environ, **sanitizer.environment()}
     while todo:
         cmd = [sys.executable, "-m", "tests.analyze.corpus", "--worker", "--seed", str(seed),
                "--reader", reader, "--workdir", str(workdir), "--indices", ",".join(map(str, todo))]
-        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                text=True, preexec_fn=_limit_memory)
+        cmd += ["--native-module", str(sanitized)] if sanitized is not None else []
+        with log.open("w") as stderr:
+            proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=stderr, text=True,
+                                    env=env, preexec_fn=None if sanitized is not None else _limit_memory)
         lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
         current: dict | None = None
@@ -219,6 +234,11 @@ def run(count: int, seed: int, reader: str, workdir: Path, start: int = 0) -> li
                 code = proc.wait()
                 outcome = ("crash", f"killed by {signal.Signals(-code).name}") if code < 0 else \
                     ("bug", f"worker exited with status {code}")
+                if sanitized is not None:
+                    from tests.analyze import sanitizer
+
+                    said = sanitizer.summary(log.read_text(errors="replace"))
+                    outcome = ("crash", said) if said else outcome
             results.append({**current, "outcome": outcome[0], "message": outcome[1]})
             todo.remove(current["index"])
             shutil.rmtree(workdir / f"m{current['index']}", ignore_errors=True)
@@ -232,18 +252,29 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--reader", default="python")
     p.add_argument("--out", type=Path, help="write every result as JSON lines")
+    p.add_argument("--sanitize", action="store_true",
+                   help="read with the native reader built with ASan and UBSan (needs gcc)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     p.add_argument("--indices", help=argparse.SUPPRESS)
+    p.add_argument("--native-module", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        _worker(args.seed, args.reader, args.workdir, [int(i) for i in args.indices.split(",")])
+        _worker(args.seed, args.reader, args.workdir, [int(i) for i in args.indices.split(",")],
+                args.native_module)
         return
     with tempfile.TemporaryDirectory() as d:
-        results = run(args.count, args.seed, args.reader, Path(d))
+        sanitized = None
+        if args.sanitize:
+            from tests.analyze import sanitizer
+
+            args.reader = "native"
+            sanitized = sanitizer.build(Path(d) / "sanitized")
+        results = run(args.count, args.seed, args.reader, Path(d), sanitized=sanitized)
     if args.out:
         args.out.write_text("".join(json.dumps(r) + "\n" for r in results))
-    print(f"{len(results)} mutants, reader {args.reader}, seed {args.seed}:",
+    print(f"{len(results)} mutants, reader {args.reader}{' (ASan, UBSan)' if args.sanitize else ''}, "
+          f"seed {args.seed}:",
           dict(Counter(r["outcome"] for r in results)))
     for r in results:
         if r["outcome"] not in ACCEPTABLE:

@@ -3,13 +3,16 @@ hang, a traceback or unbounded memory (the corpus generator is tests/analyze/cor
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from analyze import native_reader
-from tests.analyze import corpus
+from tests.analyze import corpus, sanitizer
 
 CI_CORPUS = 400  # mutants per reader in CI; `python -m tests.analyze.corpus --count N` for more
 
@@ -30,6 +33,51 @@ def test_mutated_archives_never_crash_or_hang(reader: str, tmp_path: Path) -> No
     assert outcomes["error"] > CI_CORPUS // 5 and outcomes["ok"] > CI_CORPUS // 5, outcomes
     errors = [r["message"] for r in results if r["outcome"] == "error"]
     assert all("traces.otf2" in m or "OTF2" in m for m in errors), errors[:3]
+
+
+SANITIZED_CORPUS = 150  # mutants read by the sanitized native reader in CI (about 3x slower)
+
+
+@pytest.fixture(scope="module")
+def sanitized(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The native reader built with ASan and UBSan; fails (not skips) where it cannot be built."""
+    if not native_reader.available():
+        pytest.fail("the native reader is not built: run make setup")
+    return sanitizer.build(tmp_path_factory.mktemp("sanitized"))
+
+
+def _sanitized_python(code: str, so: Path) -> subprocess.CompletedProcess[str]:
+    prelude = f"from tests.analyze import sanitizer; sanitizer.load(__import__('pathlib').Path({str(so)!r}))\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], cwd=corpus.ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **sanitizer.environment()})
+
+
+@pytest.mark.slow
+def test_sanitizer_is_armed(sanitized: Path) -> None:
+    """The job below can only pass honestly if a memory error would abort: check that one does."""
+    proc = _sanitized_python(
+        "import ctypes; from analyze import native_reader; assert native_reader.available()\n"
+        "assert native_reader._native.__file__ == " + repr(str(sanitized)) + "\n"
+        "libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p\n"
+        "p = libc.malloc(16); ctypes.memset(p, 0, 32)\n", sanitized)
+    assert proc.returncode != 0
+    assert "heap-buffer-overflow" in sanitizer.summary(proc.stderr), proc.stderr[-2000:]
+
+
+@pytest.mark.slow
+def test_sanitized_native_reader_on_fixtures_and_corpus(sanitized: Path, tmp_path: Path) -> None:
+    srcs = corpus.sources(tmp_path)
+    for name, archive in srcs.items():  # undamaged archives read cleanly, ASan watching
+        proc = _sanitized_python(
+            "from analyze.database import build\n"
+            f"build({str(archive)!r}, db={str(tmp_path / (name + '.duckdb'))!r}, reader='native')\n",
+            sanitized)
+        assert proc.returncode == 0, f"{name}: {sanitizer.summary(proc.stderr) or proc.stderr[-2000:]}"
+    results = corpus.run(SANITIZED_CORPUS, seed=2, reader="native", workdir=tmp_path, sanitized=sanitized)
+    assert len(results) == SANITIZED_CORPUS
+    bad = [f"mutant {r['index']} ({r['source']}, {r['detail']}): {r['outcome']}: {r['message']}"
+           for r in results if r["outcome"] not in corpus.ACCEPTABLE]
+    assert not bad, "\n".join(bad)
 
 
 def test_mutants_are_reproducible(tmp_path: Path) -> None:
