@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from analyze import database, phases
+from analyze import background, database, phases
 
 
 def _phases_parser(sub: argparse._SubParsersAction) -> None:
@@ -32,7 +32,11 @@ def _cmd_phases(ns: argparse.Namespace) -> int:
     with duckdb.connect(str(paths.db), read_only=True) as con:
         table = phases.summary(con)
         source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
+        horovod = background.summary(con) if background.available(con) else None
     print(table.to_string(index=False, na_rep="0.0"))
+    if horovod is not None and not horovod.empty:
+        print("\nHorovod's background thread (its timeline; overlapping activities, see docs/horovod.md):")
+        print(horovod.to_string(index=False, na_rep="-"))
     if source and source[0] == "whole_run":
         print("steps: no step markers found; each rank's whole trace is one step "
               "(use --step-region NAME to split it)")

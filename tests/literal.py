@@ -12,7 +12,8 @@ Each item is ``(rank, region, start_ns, end_ns[, extra])``; intervals of a rank 
 ``sent``/``recv``, ``root``, ``comm``), a message (``send``/``recv``: peer rank, ``tag``,
 ``bytes``, ``at``: time, default the region's start for sends and end for receives), or a
 region role (``role``) for regions whose name says nothing. ``lane=True`` puts the item on
-the rank's communication lane (an asynchronous collective). The archive goes through the
+the rank's communication lane (an asynchronous collective); ``timeline="NAME"`` on a location
+of that name and kind ``timeline`` (an imported timeline, such as Horovod's). The archive goes through the
 same writer as real runs.
 """
 
@@ -101,11 +102,15 @@ def write_literal(directory: Path, items: list[Item], clock_offsets: dict[int, l
     specs = []
     for rank in ranks:
         mine = [i for i in full if i[0] == rank]
-        main = [i for i in mine if not i[4].get("lane")]
+        main = [i for i in mine if not i[4].get("lane") and "timeline" not in i[4]]
         lane = [i for i in mine if i[4].get("lane")]
         locations = [LocationSpec(rank, 0, "main thread", "main", _stream(main, regions, comms, 0))]
         if lane:
             locations.append(LocationSpec(rank, 1, "comm lane 0", "comm_lane", _stream(lane, regions, comms, 1)))
+        for name in sorted({i[4]["timeline"] for i in mine if "timeline" in i[4]}):
+            index = len(locations)
+            locations.append(LocationSpec(rank, index, name, "timeline", _stream(
+                [i for i in mine if i[4].get("timeline") == name], regions, comms, index)))
         specs.append(RankSpec(rank, (hosts or {}).get(rank, "host"), (clock_offsets or {}).get(rank, []),
                               locations))
     spec = ArchiveSpec([k for k, _ in sorted(regions.items(), key=lambda kv: kv[1])],

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 import analyze
+from analyze import background
 from instrument import rank_env
 from tests.conftest import RUNS, Run, instrument_run
 
@@ -189,6 +190,12 @@ def test_horovodrun_with_horovods_timeline_on_the_same_clock(out: Path, traced: 
     # complete; the file's microsecond resolution allows about 2 us either way.
     assert meta["check"]["min_start_margin_ns"] > -10_000
     assert meta["check"]["min_end_margin_ns"] > -10_000
+    # negotiation and transfer per step, as `analyze phases` prints them: every step reduces
+    # its gradients, so each has both, inside the step
+    steps = background.per_step(db)
+    assert len(steps) == STEPS
+    assert (steps["negotiate_ns"] > 0).all() and (steps["transfer_ns"] > 0).all(), steps
+    assert (steps[["negotiate_ns", "fusion_copy_ns", "transfer_ns"]].max(axis=1) <= steps["step_ns"]).all()
 
 
 @pytest.mark.slow
