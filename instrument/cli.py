@@ -13,6 +13,7 @@ from pathlib import Path
 
 from instrument import launch, merge, runinfo, scorep_merge
 from instrument.errors import UsageError
+from instrument.hooks import horovod_timeline
 from instrument.otf2_writer import write_archive
 
 
@@ -44,6 +45,9 @@ def _run_parser(sub: argparse._SubParsersAction) -> None:
                    "our single-node defaults: --launcher-args='-H node1:4,node2:4'")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="after a rank fails, wait this long before stopping the others")
+    p.add_argument("--horovod-timeline", action="store_true",
+                   help="also record Horovod's own timeline and import it into the trace "
+                   "(costs about a core on rank 0; docs/horovod.md)")
     p.add_argument("script", help="the training script, run unmodified")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(func=_cmd_run)
@@ -55,6 +59,7 @@ def _cmd_run(ns: argparse.Namespace, argv: list[str]) -> int:
         tracer=ns.tracer, launcher=ns.launcher, grace_s=ns.grace,
         launcher_args=shlex.split(ns.launcher_args), scorep_args=shlex.split(ns.scorep_args),
         scorep_filter=ns.scorep_filter,
+        env={horovod_timeline.OPT_IN: "1"} if ns.horovod_timeline else {},
         command_line=["instrument", *argv],
     )
     result = launch.run(config)

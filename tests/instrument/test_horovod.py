@@ -165,8 +165,8 @@ def test_accumulation_reduces_during_the_last_backward_of_each_step(out: Path, p
 
 @pytest.mark.slow
 def test_horovodrun_with_horovods_timeline_on_the_same_clock(out: Path, traced: Run) -> None:
-    run = instrument_run(out, "--launcher", "horovodrun", "-np", "2", SCRIPT, "--steps", str(STEPS),
-                         "--batch-size", "16", name="hvdrun", env={"DLTRACE_HOROVOD_TIMELINE": "1"})
+    run = instrument_run(out, "--launcher", "horovodrun", "--horovod-timeline", "-np", "2", SCRIPT,
+                         "--steps", str(STEPS), "--batch-size", "16", name="hvdrun")
     assert run.proc.returncode == 0, run.output
     assert run.info["status"] == "ok" and run.info["launcher"] == "horovodrun"
     assert run.losses == traced.losses  # same arithmetic as with our launcher
