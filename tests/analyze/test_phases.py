@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import analyze
@@ -144,3 +145,18 @@ def test_phases_add_up_to_steps_and_summary(tmp_path: Path) -> None:
     table = summary(db)
     assert list(table["steps"]) == [3, 3]
     assert table.loc[0, "idle%"] == pytest.approx(100 * 10 / 90, abs=0.05)
+
+
+def test_windowed_sweep_gives_the_same_phases_as_one_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """build_phases sweeps a few steps at a time on long traces; the windows must not show."""
+    from analyze import phases
+    from bench import synth
+
+    run, _ = synth.write(30_000, tmp_path / "run")  # the benchmark's DDP-like steps, 2 ranks
+    whole = analyze.build(run, db=tmp_path / "whole.duckdb").db
+    monkeypatch.setattr(phases, "WINDOW_SEGMENTS", 100)  # a window of a step or two
+    windowed = analyze.build(run, db=tmp_path / "windowed.duckdb").db
+    query = "SELECT rank, step, phase, duration_ns FROM phases ORDER BY ALL"
+    a = duckdb.connect(str(whole), read_only=True).execute(query).fetchall()
+    b = duckdb.connect(str(windowed), read_only=True).execute(query).fetchall()
+    assert len(a) > 500 and a == b
