@@ -366,6 +366,11 @@ def _finish(
             # its trace ends at its last flush.
             entry.update(status="killed", status_detail=f"killed by {_signal_name(-code)}"
                          + ("; trace ends at its last flush" if s is not None else ""))
+        elif isinstance(code, int) and code < 0 and entry.get("status") == "ok":
+            # The script returned and the trace was finalized; the process died while Python
+            # shut down (PyTorch gloo's worker threads can abort there: runs/gloo_exit.py).
+            entry.update(status="died_at_exit", status_detail=f"killed by {_signal_name(-code)} after "
+                         "its script finished; its trace is complete")
         rank_info.append(entry)
 
     frameworks = sorted({f for s in per_rank.values() for f in s.frameworks})
@@ -383,7 +388,10 @@ def _finish(
         framework=_framework_label(frameworks),
         frameworks=frameworks,
         versions=versions,
-        complete=bool(result and result.complete and not failed and not interrupted),
+        # a rank that died after its script finished (and its trace was finalized) lost nothing
+        complete=bool(result and result.complete and not interrupted
+                      and all(e.get("status") == "died_at_exit" for e in rank_info if e["rank"] in failed)
+                      and all(r >= 0 for r in failed)),
         trace=None if archive is None else {
             "archive": archive.name,
             "events": result.events if result else 0,

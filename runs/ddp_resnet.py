@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 
+import gloo_exit
 import torch
 import torch.distributed as dist
 from step_clock import StepClock
@@ -59,6 +60,7 @@ def main() -> None:
         clock.done(total)
     clock.report()
     dist.destroy_process_group()
+    gloo_exit.settle()  # let gloo's threads finish before Python shuts down (see gloo_exit.py)
 
 
 if __name__ == "__main__":

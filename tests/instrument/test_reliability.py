@@ -136,6 +136,21 @@ print("training went on", tr.buffer.dropped)
 
 
 @pytest.mark.slow
+def test_a_rank_dying_after_its_script_finished_keeps_a_complete_trace(tmp_path: Path) -> None:
+    """As PyTorch gloo programs sometimes do (runs/gloo_exit.py): the run fails, but says the
+    script had finished and the trace is whole."""
+    run = instrument_run(tmp_path, "-np", "2", str(SCRIPTS / "regions.py"), "--abort-at-exit")
+    assert run.proc.returncode != 0
+    assert "failed: rank 0 (killed by SIGABRT after its script finished; its trace is complete)" \
+        in run.proc.stderr or "failed: rank 1 (killed by SIGABRT after its script finished" in run.proc.stderr
+    assert "trace written:" in run.proc.stderr and "[incomplete" not in run.proc.stderr, run.output
+    info = run.info
+    assert info["status"] == "failed" and info["complete"] is True
+    assert {e["status"] for e in info["rank_info"]} == {"died_at_exit"}
+    assert analyze.open(run.run_dir).execute(
+        "SELECT count(*) FROM intervals JOIN regions USING (region_id) WHERE name = 'outer'").fetchone() == (6,)
+
+
 def test_sigkill_of_one_rank_keeps_its_trace_up_to_the_last_flush(tmp_path: Path) -> None:
     interval = 0.2
     p = cli("run", "--out", str(tmp_path), "--name", "kill", "-np", "2", "--grace", "3",
