@@ -17,9 +17,7 @@ import torch
 import torch.distributed as dist
 from step_clock import StepClock
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader
-from torch.utils.data.distributed import DistributedSampler
-from workload import SyntheticImages, add_arguments, gradient_bytes, make_model
+from workload import add_arguments, batches, gradient_bytes, make_model
 
 
 def main() -> None:
@@ -35,10 +33,7 @@ def main() -> None:
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    per_rank = args.batch_size * args.accumulate * args.steps
-    data = SyntheticImages(per_rank * world, args.image_size, seed=args.seed)
-    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
-    loader = iter(DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True))
+    loader = batches(args, rank, world)
     if rank == 0:
         print(f"world {world}, model {args.model}, gradient bytes {gradient_bytes(model)}", flush=True)
 

@@ -9,10 +9,12 @@ The data are random image-shaped tensors and labels from a fixed seed, made in m
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
 
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.distributed import DistributedSampler
 
 
 class BasicBlock(nn.Module):
@@ -79,6 +81,15 @@ class SyntheticImages(Dataset):
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
         return self.x[i], self.y[i]
+
+
+def batches(args: argparse.Namespace, rank: int, world: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """This rank's micro-batches for the whole run: ``--steps`` x ``--accumulate`` of
+    ``--batch-size`` synthetic images, each rank its own share of one dataset."""
+    per_rank = args.batch_size * args.accumulate * args.steps
+    data = SyntheticImages(per_rank * world, args.image_size, seed=args.seed)
+    sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
+    return iter(DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True))
 
 
 def gradient_bytes(model: nn.Module) -> int:
