@@ -1,4 +1,4 @@
-"""Declares the optional native OTF2 codec ``analyze._otf2native``; pyproject.toml has the rest.
+"""Declares the optional native OTF2 codec ``traceio._otf2native``; pyproject.toml has the rest.
 
 The extension compiles against the OTF2 (>= 3.0) headers and library that ``make setup``
 installs (Debian's libopen-trace-format2-dev, found through pkg-config) or against an OTF2
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from setuptools import Extension, setup
 
-NATIVE = Path("analyze") / "native"
+NATIVE = Path("traceio") / "native"
 
 
 def _run(*cmd: str) -> list[str] | None:
@@ -56,7 +56,7 @@ def _extensions() -> list[Extension]:
     # An OTF2 outside the loader's default paths (otf2-config on clusters) must be found at run time.
     rpath = [f[2:] for f in ldflags if f.startswith("-L") and not f.startswith("-L/usr/lib")]
     return [Extension(
-        "analyze._otf2native",
+        "traceio._otf2native",
         sources=[str(NATIVE / f) for f in ("module.c", "reader.c", "writer.c", "replay.c")],
         depends=[str(NATIVE / "otf2native.h")],
         extra_compile_args=[*cflags, "-O2", "-Wall", "-Wno-unused-parameter"],

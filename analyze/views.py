@@ -14,7 +14,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from analyze.phases import PHASES, segments, sweep_intervals
+from analyze.tables.phases import PHASES, segments, sweep_intervals
 
 NS_PER_MS = 1e6
 

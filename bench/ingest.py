@@ -6,11 +6,11 @@
 Two stages are measured, each in its own process, on the same synthetic archive
 (``bench.synth``, cached under ~/.cache/dltrace/bench), the readers taking turns:
 
-- ``read``: OTF2 -> the reader's column chunks in memory (``analyze.readers.read``), no DuckDB;
+- ``read``: OTF2 -> the reader's column chunks in memory (``analyze.readers.dispatch.read``), no DuckDB;
 - ``ingest``: OTF2 -> DuckDB tables: decoding, interval building and loading the rows (the
   intervals table, with exclusive times, and the raw collective and message rows); the first
-  stage of ``analyze.database.build``, alone;
-- ``build``: ``analyze phases`` end to end on a fresh database (``analyze.database.build``
+  stage of ``analyze.tables.database.build``, alone;
+- ``build``: ``analyze phases`` end to end on a fresh database (``analyze.tables.database.build``
   with ``force=True``, then the phase summary): ingest, then the SQL and vectorized steps that
   match collectives and messages and derive steps and phases.
 
@@ -35,11 +35,12 @@ def child(stage: str, run: str, reader: str, db: str) -> None:
     """One measured stage; prints JSON with its time, events and peak RSS."""
     import duckdb
 
-    from analyze import database, phases, readers
+    from analyze.readers import dispatch
+    from analyze.tables import database, phases
 
     t0 = time.perf_counter()
     if stage == "read":
-        used, _, chunks = readers.read(database.resolve(run, db).anchor, 500_000, reader)
+        used, _, chunks = dispatch.read(database.resolve(run, db).anchor, 500_000, reader)
         events = sum(c.events for c in chunks)
     elif stage == "ingest":
         # database.build's first stage alone (its private helpers: no public entry point needed)

@@ -5,7 +5,7 @@
 
 The spill files hold what the built-in tracer records for ``bench.synth``'s steps (Enter,
 Leave and COLL_END records on the main thread, ASYNC_COLL records for the bucket
-allreduces). Each run is ``instrument.merge.collect`` plus ``write_archive`` in its own
+allreduces). Each run is ``instrument.tracer.merge.collect`` plus ``write_archive`` in its own
 process: ``native`` with the extension (C replay, lanes and OTF2 writer), ``python`` as
 without it (the extension hidden: Python loops and the ``otf2`` package's writer). Reported
 as medians: events written per second of the whole merge, and peak RSS.
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from bench import measure, synth
-from instrument.events import NO_LOC, Kind
-from instrument.spill import SpillWriter
+from instrument.tracer.spill import SpillWriter
+from traceio.records import NO_LOC, Kind
 
 BLOCK_STEPS = 50_000
 
@@ -69,11 +69,12 @@ def write_spills(run_dir: Path, events: int, ranks: int = 2) -> int:
 
 def child(spills: str, path: str) -> None:
     """One measured merge of a copy of ``spills``; prints JSON."""
-    from instrument import merge, native_writer
-    from instrument.otf2_writer import write_archive
+    from instrument.tracer import merge
+    from traceio import codec
+    from traceio.otf2_writer import write_archive
 
     if path == "python":
-        native_writer._native = None  # as if not built: merge and writer take their Python paths
+        codec._native = None  # as if not built: merge and writer take their Python paths
 
     with tempfile.TemporaryDirectory(prefix="bench-merge-", dir=Path(spills).parent) as tmp:
         run = Path(tmp)

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from instrument.archive import ArchiveSpec, LocationSpec, RankSpec
-from instrument.events import EVENT_DTYPE, Kind, Op, Role
-from instrument.otf2_writer import write_archive
+from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
+from traceio.otf2_writer import write_archive
+from traceio.records import EVENT_DTYPE, Kind, Op, Role
 
 US = 1_000
 T0 = 10**12  # rank clocks look like CLOCK_MONOTONIC on a machine up for a while

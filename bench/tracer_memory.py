@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from instrument import events  # noqa: E402
-from instrument.tracer import DEFAULT_CAPACITY, Tracer  # noqa: E402
+from instrument.tracer.builtin import DEFAULT_CAPACITY, Tracer  # noqa: E402
+from traceio import records  # noqa: E402
 
 
 def rss_bytes() -> int:
@@ -36,7 +36,7 @@ def main() -> None:
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as d:
         tracer = Tracer(0, 1, Path(d), capacity=args.capacity)
-        rid = tracer.region_id(events.FORWARD)
+        rid = tracer.region_id(records.FORWARD)
         enter, leave = tracer.enter, tracer.leave
         before = peak = rss_bytes()
         pairs = args.events // 2
@@ -53,7 +53,7 @@ def main() -> None:
         elapsed = time.perf_counter() - t0
         tracer.finalize("ok")
         spill = (Path(d) / "ranks" / "rank-00000.evt").stat().st_size
-    buffer_mb = args.capacity * events.EVENT_DTYPE.itemsize / 2**20
+    buffer_mb = args.capacity * records.EVENT_DTYPE.itemsize / 2**20
     print(f"events recorded: {2 * pairs:,} in {elapsed:.1f} s ({2 * pairs / elapsed / 1e6:.2f} M events/s); "
           f"spill file {spill / 2**30:.2f} GiB")
     print(f"RSS before: {before / 2**20:.1f} MiB; max while recording: {peak / 2**20:.1f} MiB; "

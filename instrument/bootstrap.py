@@ -30,51 +30,14 @@ import time
 from pathlib import Path
 from types import FrameType, ModuleType
 
-from instrument import recorder
-from instrument.clock import ClockServer, parse_address
 from instrument.hooks import horovod_timeline
 from instrument.hooks.importer import PostImportHooks
-from instrument.tracer import DEFAULT_CAPACITY, DEFAULT_FLUSH_INTERVAL_S, Tracer
+from instrument.launch.rank_env import RankEnvError, rank_from_env, torch_env
+from instrument.tracer import recorder
+from instrument.tracer.builtin import DEFAULT_CAPACITY, DEFAULT_FLUSH_INTERVAL_S, Tracer
+from instrument.tracer.clock import ClockServer, parse_address
 
-_RANK_VARS = ("RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID", "HOROVOD_RANK")
-_SIZE_VARS = ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", "HOROVOD_SIZE")
-_LOCAL_RANK_VARS = ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "HOROVOD_LOCAL_RANK")
 CLOCK_FILE = "clock-server"
-
-
-class BootstrapError(Exception):
-    """The rank's environment does not say where or who it is."""
-
-
-def _first_int(env: dict[str, str], names: tuple[str, ...]) -> int | None:
-    for name in names:
-        value = env.get(name)
-        if value is not None and value.strip().lstrip("-").isdigit():
-            return int(value)
-    return None
-
-
-def rank_from_env(env: dict[str, str]) -> tuple[int, int, int | None]:
-    """(rank, world size, local rank) from whichever launcher's variables are present."""
-    rank = _first_int(env, _RANK_VARS)
-    size = _first_int(env, _SIZE_VARS)
-    if rank is None or size is None:
-        raise BootstrapError(
-            "cannot tell this process's rank: none of "
-            + ", ".join(_RANK_VARS)
-            + " is set. Start ranks with `instrument run` or a launcher that sets them "
-            "(torchrun, mpirun, srun, horovodrun)."
-        )
-    return rank, size, _first_int(env, _LOCAL_RANK_VARS)
-
-
-def torch_env(env: dict[str, str]) -> dict[str, str]:
-    """torch.distributed's ``env://`` variables (RANK, WORLD_SIZE, LOCAL_RANK) that ``env``
-    lacks, from the launcher's own (mpirun and srun set only theirs), so DDP scripts started
-    by any launcher initialize their process group unmodified."""
-    rank, size, local = rank_from_env(env)
-    wanted = {"RANK": rank, "WORLD_SIZE": size, "LOCAL_RANK": local}
-    return {k: str(v) for k, v in wanted.items() if v is not None and k not in env}
 
 
 def _clock_server(rank: int, run_dir: Path, env: dict[str, str]) -> tuple[str, int] | None:
@@ -101,14 +64,14 @@ def _clock_server(rank: int, run_dir: Path, env: dict[str, str]) -> tuple[str, i
 def make_tracer(env: dict[str, str]) -> Tracer:
     run_dir = env.get("DLTRACE_RUN_DIR")
     if not run_dir:
-        raise BootstrapError("DLTRACE_RUN_DIR is not set; start ranks with `instrument run`.")
+        raise RankEnvError("DLTRACE_RUN_DIR is not set; start ranks with `instrument run`.")
     rank, size, local_rank = rank_from_env(env)
     path = Path(run_dir)
     path.mkdir(parents=True, exist_ok=True)
     interval = float(env.get("DLTRACE_FLUSH_INTERVAL_S", DEFAULT_FLUSH_INTERVAL_S))
     backend: type[Tracer] = Tracer
     if env.get("DLTRACE_TRACER") == "scorep":  # running under Score-P's bindings
-        from instrument import scorep
+        from instrument.scorep import backend as scorep
 
         scorep.prepare_rank(env)
         backend = scorep.ScorepRecorder
@@ -165,7 +128,7 @@ def run(script: str, args: list[str]) -> None:
     """Run ``script`` with ``args`` as ``__main__`` under a tracer from the environment."""
     try:
         tracer = make_tracer(dict(os.environ))
-    except BootstrapError as e:
+    except RankEnvError as e:
         print(f"dltrace: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     recorder.install(tracer)

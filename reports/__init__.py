@@ -1,4 +1,8 @@
 """Figures for papers: plotnine builders (pure functions from tables to a ggplot) and the PDF.
 
-The tables come from :mod:`analyze.views`; nothing here computes anything about a trace.
+Owns the theme and palette (:mod:`.theme`), the figures of a run (:mod:`.figures`) and of a
+sweep (:mod:`.scaling`), and the PDF assembly (:mod:`.report`, :mod:`.page`).
+
+May import: :mod:`analyze` (the tables come from :mod:`analyze.views` and the analyses;
+nothing here computes anything about a trace), never ``analyze.cli`` or ``instrument``.
 """

@@ -20,20 +20,16 @@ import duckdb
 import pandas as pd
 from matplotlib import pyplot as plt
 from matplotlib.backends.backend_pdf import PdfPages
-from plotnine import ggplot
 
-from analyze import compare, database, views
-from analyze.database import AnalyzeError
+from analyze import views
+from analyze.errors import AnalyzeError
+from analyze.experiments import compare
+from analyze.tables import database
 from analyze.views import Timeline
 from reports import figures
+from reports.page import Page
 
 PNG_DPI = 200
-
-
-@dataclass
-class Page:
-    slug: str  # names the PNG: <pdf stem>-<slug>.png
-    plot: ggplot
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """The pages of a sweep: scaling curves, phases against ranks, fitted models, predictions.
 
-Figure builders are pure functions of the tables :func:`analyze.compare.compare` returns
+Figure builders are pure functions of the tables :func:`analyze.experiments.compare.compare` returns
 (``configs``, ``runs``, ``curves``, ...) to a ggplot. A curve is drawn per level of the
 *series* factor (the first factor that is not the rank count: the framework or sync mode of
 the usual design) and the remaining factors split the panels.
@@ -39,9 +39,9 @@ from plotnine import (
     theme,
 )
 
-from analyze.compare import PHASE_COLUMNS, Comparison, group_labels
+from analyze.experiments.compare import PHASE_COLUMNS, Comparison, group_labels
 from reports import figures
-from reports.report import Page
+from reports.page import Page
 from reports.theme import BASE_SIZE, HEIGHT_IN, PHASE_ORDER, WIDTH_IN, phase_fill, theme_dltrace
 
 BOTTLENECK_PER_PAGE = 12

@@ -3,7 +3,7 @@ an ``Allreduce`` of a gradient-sized array and an ``allreduce`` of a Python floa
 
     instrument run -np 2 --launcher mpirun runs/mpi_allreduce.py --steps 5 --size 65536
 
-Steps are marked with ``instrument.markers.end_step`` (there is no optimizer for the hooks to
+Steps are marked with ``instrument.tracer.markers.end_step`` (there is no optimizer for the hooks to
 see); the script also runs without dltrace. Rank 0 prints each step's global sum.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 from mpi4py import MPI
 
 try:
-    from instrument.markers import end_step, region
+    from instrument.tracer.markers import end_step, region
 except ImportError:  # run without dltrace installed
     import contextlib
 

@@ -62,10 +62,10 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     test that skips for want of it would hide a broken setup."""
     if os.environ.get("DLTRACE_REQUIRE_ALL") != "1":
         return
-    from analyze import native_reader
+    from analyze.readers import otf2_native
 
-    missing = [] if native_reader.available() else [
-        f"the native OTF2 reader ({native_reader.unavailable_reason()})"]
+    missing = [] if otf2_native.available() else [
+        f"the native OTF2 reader ({otf2_native.unavailable_reason()})"]
     missing += [m for m in ("tensorflow", "horovod", "mpi4py") if importlib.util.find_spec(m) is None]
     missing += [t for t in ("mpirun", "otf2-print") if shutil.which(t) is None]
     if os.environ.get("DLTRACE_SKIP_HOROVOD") == "1":

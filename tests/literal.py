@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from instrument.archive import ArchiveSpec, LocationSpec, RankSpec
-from instrument.events import EVENT_DTYPE, Kind, Op, Role
-from instrument.otf2_writer import write_archive
+from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
+from traceio.otf2_writer import write_archive
+from traceio.records import EVENT_DTYPE, Kind, Op, Role
 
 NAME_ROLES = {
     "MPI_Allreduce": Role.COLL_ALL2ALL, "MPI_Bcast": Role.COLL_ONE2ALL, "MPI_Reduce": Role.COLL_ALL2ONE,

@@ -46,8 +46,8 @@ fi
 py="$venv/bin/python"
 
 stamp="$venv/.dltrace-setup"
-# setup.py and analyze/native/ build the native OTF2 codec: a change there reinstalls (rebuilds) too
-key="$(cat pyproject.toml tools/setup.sh setup.py analyze/native/*.[ch] | sha256sum | cut -c1-16)"
+# setup.py and traceio/native/ build the native OTF2 codec: a change there reinstalls (rebuilds) too
+key="$(cat pyproject.toml tools/setup.sh setup.py traceio/native/*.[ch] | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$key" ]; then
     say "installing Python packages (first time: a few minutes)"
     "$py" -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true

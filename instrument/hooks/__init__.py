@@ -1,1 +1,9 @@
-"""Framework hooks: each module attaches markers to one framework when it is imported."""
+"""Framework hooks: each module attaches markers to one framework when it is imported.
+
+One module per framework (``torch_ddp``, ``horovod_torch``, ``horovod_tf``, ``tensorflow``,
+``mpi4py``; :data:`instrument.bootstrap.HOOKS` says which import triggers which), plus the
+post-import machinery (:mod:`.importer`) and Horovod's timeline import.
+
+May import: :mod:`instrument.tracer` (the recorder, clocks, timers),
+:mod:`instrument.launch.rank_env` and :mod:`traceio.records`. Not the launcher, not ``analyze``.
+"""

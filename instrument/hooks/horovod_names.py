@@ -8,9 +8,9 @@ so a trace shows which tensor each collective moved; unnamed operations, and eve
 
 from __future__ import annotations
 
-from instrument import events
-from instrument.events import Op
-from instrument.recorder import Recorder
+from instrument.tracer.recorder import Recorder
+from traceio import records
+from traceio.records import Op
 
 MAX_NAMED_REGIONS = 4096
 
@@ -31,5 +31,5 @@ class TensorRegions:
                 return self(base, op, None)
             self._named += name is not None
             label = f"horovod.{base}" if name is None else f"horovod.{base}:{name}"
-            rid = self._rids[key] = self.rec.region_id(label, events.ROLE_OF_OP[op])
+            rid = self._rids[key] = self.rec.region_id(label, records.ROLE_OF_OP[op])
         return rid

@@ -34,12 +34,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from instrument import events
-from instrument.events import Op
 from instrument.hooks import horovod_timeline
 from instrument.hooks.horovod_names import TensorRegions
 from instrument.hooks.tf_markers import collective_timer
-from instrument.recorder import Recorder
+from instrument.tracer.recorder import Recorder
+from traceio import records
+from traceio.records import Op
 
 # MPI_LIB op constructor -> (region base name, op, what was received: "sent" (as many bytes as
 # were sent), "outputs" (all outputs) or "first" (the first output; alltoall's second output
@@ -113,10 +113,10 @@ class HorovodTFHooks:
             name = kwargs.get("name") or None
             psid = int(kwargs.get("process_set_id") or 0)
             comm, members = self._comm(psid, name if graph_mode else None)
-            root = events.NO_ROOT
+            root = records.NO_ROOT
             if op == Op.BCAST:
                 src = kwargs.get("root_rank")
-                root = members.index(src) if src in members else events.NO_ROOT
+                root = members.index(src) if src in members else records.NO_ROOT
             rid = self._region(base, op, name)
             # Horovod's tensor name (its timeline's), known once the op exists.
             op_name: list[str] = []

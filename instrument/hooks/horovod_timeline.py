@@ -62,9 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from instrument.clock import realtime_offset
-from instrument.events import Role
-from instrument.recorder import Recorder
+from instrument.tracer.clock import realtime_offset
+from instrument.tracer.recorder import Recorder
+from traceio.records import Role
 
 OPT_IN = "DLTRACE_HOROVOD_TIMELINE"
 FILE_NAME = "horovod-timeline.json"

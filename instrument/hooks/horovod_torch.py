@@ -47,11 +47,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from instrument.events import Op, Role
 from instrument.hooks import horovod_timeline
 from instrument.hooks.horovod_names import TensorRegions
 from instrument.hooks.torch_ddp import nbytes
-from instrument.recorder import Recorder
+from instrument.tracer.recorder import Recorder
+from traceio.records import Op, Role
 
 # mpi_ops function -> (region base name, op, argument holding the input(s), prefix of
 # Horovod's tensor name for single-tensor ops; None where we cannot predict it)

@@ -21,9 +21,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from instrument import events
-from instrument.events import Op
-from instrument.recorder import Recorder
+from instrument.tracer.recorder import Recorder
+from traceio import records
+from traceio.records import Op
 
 # method -> (operation, send buffer argument, receive buffer argument, root argument)
 _COLLECTIVES: dict[str, tuple[Op, str | None, str | None, str | None]] = {
@@ -113,7 +113,7 @@ class MpiHooks:
               spec: tuple[Op, str | None, str | None, str | None]) -> Callable[..., Any]:
         op, send_arg, recv_arg, root_arg = spec
         rec, tls = self.rec, self._tls
-        rid = rec.region_id(f"mpi4py.Comm.{name}", events.ROLE_OF_OP[op])
+        rid = rec.region_id(f"mpi4py.Comm.{name}", records.ROLE_OF_OP[op])
         try:
             sig: inspect.Signature | None = inspect.signature(fn)
         except (TypeError, ValueError):

@@ -48,11 +48,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from instrument import events
-from instrument.events import Op, Role
 from instrument.hooks.importer import PostImportHooks
 from instrument.hooks.tf_markers import collective_timer
-from instrument.recorder import Recorder
+from instrument.tracer.recorder import Recorder
+from traceio import records
+from traceio.records import Op, Role
 
 # Keras modules defining ``Model.fit`` (Keras 2 as TF 2.15 ships it, and its tf_keras twin).
 KERAS_TRAINING = ("keras.src.engine.training", "tf_keras.src.engine.training")
@@ -123,7 +123,7 @@ class TFHooks:
         call = cls.__call__
         rec, trains, timer = self.rec, self._trains, self.timer
         # Reading the collectives' slots is measurement overhead, as the tracer's flushes are.
-        r_drain = rec.region_id(events.TRACER_FLUSH, Role.ARTIFICIAL)
+        r_drain = rec.region_id(records.TRACER_FLUSH, Role.ARTIFICIAL)
 
         @functools.wraps(call)
         def traced_call(fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -283,10 +283,10 @@ class TFHooks:
 
     def _recorder(self, name: str, op: Op, comm: int) -> Callable[[int, int, int, int], None]:
         rec = self.rec
-        rid = rec.region_id(name, events.ROLE_OF_OP[op])
+        rid = rec.region_id(name, records.ROLE_OF_OP[op])
 
         def record(begin: int, end: int, sent: int, recv: int) -> None:
-            rec.async_collective(rid, begin, end, comm, op, events.NO_ROOT, sent, recv)
+            rec.async_collective(rid, begin, end, comm, op, records.NO_ROOT, sent, recv)
 
         return record
 
@@ -337,11 +337,11 @@ def _batch_callback(base: type, hooks: TFHooks) -> type:
 def rendezvous_tf_config(env: dict[str, str] | os._Environ[str]) -> str | None:
     """``TF_CONFIG`` for this rank, built through the run directory: each rank writes
     ``host:port`` of a free port, then reads everyone's. None for a single rank."""
-    from instrument.bootstrap import BootstrapError, rank_from_env
+    from instrument.launch.rank_env import RankEnvError, rank_from_env
 
     try:
         rank, size, _ = rank_from_env(dict(env))
-    except BootstrapError:
+    except RankEnvError:
         return None
     run_dir = env.get("DLTRACE_RUN_DIR")
     if size < 2 or not run_dir:

@@ -17,8 +17,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from instrument.clock import realtime_offset
-from instrument.recorder import Recorder
+from instrument.tracer.clock import realtime_offset
+from instrument.tracer.recorder import Recorder
 
 
 class _Slot:

@@ -27,10 +27,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from instrument import events
-from instrument.events import Op, Role
-from instrument.recorder import Recorder
-from instrument.timing import HostTimer
+from instrument.tracer.recorder import Recorder
+from instrument.tracer.timing import HostTimer
+from traceio import records
+from traceio.records import Op, Role
 
 # torch.distributed function -> (op, how to find bytes sent/received, root argument)
 _COLLECTIVES: dict[str, tuple[Op, str, str | None]] = {
@@ -78,10 +78,10 @@ class TorchHooks:
         self._opt_depth = 0
         self._has_params: dict[int, bool] = {}
         r = rec.region_id
-        self.r_forward = r(events.FORWARD)
-        self.r_backward = r(events.BACKWARD)
-        self.r_optimizer = r(events.OPTIMIZER)
-        self.r_data = r(events.DATALOADER)
+        self.r_forward = r(records.FORWARD)
+        self.r_backward = r(records.BACKWARD)
+        self.r_optimizer = r(records.OPTIMIZER)
+        self.r_data = r(records.DATALOADER)
         self.r_wait = r("torch.distributed.Work.wait", Role.WAIT)
         self.r_ddp_wait = r("ddp.wait_for_buckets", Role.WAIT)
 
@@ -224,7 +224,7 @@ class TorchHooks:
         recv_arg = recv_arg or sent_arg
         sig = inspect.signature(fn)
         rec, tls, timer = self.rec, self._tls, self.timer
-        rid = rec.region_id(f"torch.distributed.{name}", events.ROLE_OF_OP[op])
+        rid = rec.region_id(f"torch.distributed.{name}", records.ROLE_OF_OP[op])
 
         @functools.wraps(fn)
         def traced(*args: Any, **kwargs: Any) -> Any:

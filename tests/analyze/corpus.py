@@ -6,10 +6,10 @@ Mutant ``i`` of a seed is always the same: a source archive (the Score-P fixture
 archive of our own writer) with one damage drawn from ``Random(seed * 1_000_003 + i)``:
 a file truncated, bytes flipped, a file deleted or emptied, garbage appended, the anchor's
 version fields changed, or two event files swapped. Each mutant is read by
-``analyze.database.build`` in a child process with a time and memory limit, and classified:
+``analyze.tables.database.build`` in a child process with a time and memory limit, and classified:
 
 - ``ok``: read (a well-defined, possibly partial result);
-- ``error``: one clear :class:`~analyze.database.AnalyzeError`;
+- ``error``: one clear :class:`~analyze.tables.database.AnalyzeError`;
 - ``bug``: any other exception (a traceback a user would see);
 - ``crash``: the child died of a signal (a segfault in a C library);
 - ``hang``: the time limit passed; ``memory``: the 2 GiB address-space limit was hit.
@@ -134,7 +134,8 @@ def _limit_memory() -> None:
 
 def classify(archive: Path, reader: str) -> tuple[str, str]:
     """Read ``archive`` in this process: (ok | error | memory | bug, message)."""
-    from analyze.database import AnalyzeError, build
+    from analyze.errors import AnalyzeError
+    from analyze.tables.database import build
 
     try:
         build(archive, db=archive / "mutant.duckdb", reader=reader)
@@ -154,7 +155,7 @@ def _worker(seed: int, reader: str, workdir: Path, indices: list[int], native: P
         from tests.analyze import sanitizer
 
         sanitizer.load(native)
-    import analyze.database  # noqa: F401 -- imports take seconds; the time limit is per mutant
+    import analyze.tables.database  # noqa: F401 -- imports take seconds; the time limit is per mutant
 
     srcs = sources(workdir)
     print("READY", flush=True)

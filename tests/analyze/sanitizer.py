@@ -4,7 +4,7 @@
 
 :func:`build` compiles the same extension the setup builds (``setup.py``, same sources and
 OTF2 flags) with ``-fsanitize=address,undefined`` into a directory of its own; the corpus
-worker loads that file as ``analyze._otf2native`` (:func:`load`) in a Python started with the
+worker loads that file as ``traceio._otf2native`` (:func:`load`) in a Python started with the
 sanitizer runtimes preloaded (:func:`environment`). Any finding aborts the process, which the
 corpus records as a ``crash`` with the sanitizer's summary line. Python, DuckDB and the OTF2
 library are not instrumented: what is checked is our C code and the memory it touches.
@@ -48,7 +48,7 @@ def build(dest: Path) -> Path:
         [sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(dest / "lib"),
          "--build-temp", str(dest / "tmp")],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    built = sorted((dest / "lib" / "analyze").glob("_otf2native*.so"))
+    built = sorted((dest / "lib" / "traceio").glob("_otf2native*.so"))
     if proc.returncode != 0 or not built:
         raise SanitizerUnavailable(f"the sanitized build failed:\n{proc.stdout}{proc.stderr}")
     return built[0]
@@ -65,12 +65,12 @@ def environment() -> dict[str, str]:
 
 
 def load(shared_object: Path) -> None:
-    """Make ``import analyze._otf2native`` give the sanitized build (before ``analyze`` loads it)."""
-    spec = importlib.util.spec_from_file_location("analyze._otf2native", shared_object)
+    """Make ``import traceio._otf2native`` give the sanitized build (before ``analyze`` loads it)."""
+    spec = importlib.util.spec_from_file_location("traceio._otf2native", shared_object)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    sys.modules["analyze._otf2native"] = module
+    sys.modules["traceio._otf2native"] = module
 
 
 def summary(log: str) -> str:

@@ -16,7 +16,7 @@ import duckdb
 import numpy as np
 import pytest
 
-from analyze import compare, scaling
+from analyze.experiments import compare, scaling
 from analyze.schema import SWEEP_TABLES
 from tests.conftest import ROOT
 from tests.literal import write_literal

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from analyze import native_reader
+from analyze.readers import otf2_native
 from tests.analyze import corpus, sanitizer
 
 CI_CORPUS = 400  # mutants per reader in CI; `python -m tests.analyze.corpus --count N` for more
 
 # the native reader is part of the normal install; its own tests fail when it is not built
-READERS = ["python"] + (["native"] if native_reader.available() else [])
+READERS = ["python"] + (["native"] if otf2_native.available() else [])
 
 
 @pytest.mark.slow
@@ -41,7 +41,7 @@ SANITIZED_CORPUS = 150  # mutants read by the sanitized native reader in CI (abo
 @pytest.fixture(scope="module")
 def sanitized(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The native reader built with ASan and UBSan; fails (not skips) where it cannot be built."""
-    if not native_reader.available():
+    if not otf2_native.available():
         pytest.fail("the native reader is not built: run make setup")
     return sanitizer.build(tmp_path_factory.mktemp("sanitized"))
 
@@ -56,8 +56,8 @@ def _sanitized_python(code: str, so: Path) -> subprocess.CompletedProcess[str]:
 def test_sanitizer_is_armed(sanitized: Path) -> None:
     """The job below can only pass honestly if a memory error would abort: check that one does."""
     proc = _sanitized_python(
-        "import ctypes; from analyze import native_reader; assert native_reader.available()\n"
-        "assert native_reader._native.__file__ == " + repr(str(sanitized)) + "\n"
+        "import ctypes; from analyze.readers import otf2_native; assert otf2_native.available()\n"
+        "from traceio import codec; assert codec.native().__file__ == " + repr(str(sanitized)) + "\n"
         "libc = ctypes.CDLL(None); libc.malloc.restype = ctypes.c_void_p\n"
         "p = libc.malloc(16); ctypes.memset(p, 0, 32)\n", sanitized)
     assert proc.returncode != 0
@@ -69,7 +69,7 @@ def test_sanitized_native_reader_on_fixtures_and_corpus(sanitized: Path, tmp_pat
     srcs = corpus.sources(tmp_path)
     for name, archive in srcs.items():  # undamaged archives read cleanly, ASan watching
         proc = _sanitized_python(
-            "from analyze.database import build\n"
+            "from analyze.tables.database import build\n"
             f"build({str(archive)!r}, db={str(tmp_path / (name + '.duckdb'))!r}, reader='native')\n",
             sanitized)
         assert proc.returncode == 0, f"{name}: {sanitizer.summary(proc.stderr) or proc.stderr[-2000:]}"
@@ -98,20 +98,20 @@ def _ours(tmp_path: Path) -> Path:
 def test_python_reader_stops_at_more_events_than_declared(tmp_path: Path) -> None:
     """A damaged event file can decode as an endless run of events (seen in the corpus: mutant
     99 of seed 1, after 99 others in the same process); the definitions bound it."""
-    from analyze import otf2_reader
+    from analyze.readers import otf2_python
 
-    defs, chunks = otf2_reader.read(_ours(tmp_path))
+    defs, chunks = otf2_python.read(_ours(tmp_path))
     defs.locations[0].events = 2
-    with pytest.raises(otf2_reader.ReaderError, match="more events than the 2 its definition declares"):
+    with pytest.raises(otf2_python.ReaderError, match="more events than the 2 its definition declares"):
         list(chunks)
 
 
-@pytest.mark.skipif(not native_reader.available(), reason="covered where the extension is built")
+@pytest.mark.skipif(not otf2_native.available(), reason="covered where the extension is built")
 def test_native_reader_stops_at_more_events_than_declared(tmp_path: Path) -> None:
-    from analyze import _otf2native
+    from traceio import _otf2native
 
     anchor = _ours(tmp_path)
-    defs = native_reader._definitions(anchor)
+    defs = otf2_native._definitions(anchor)
     loc = defs.locations[0]
     reader = _otf2native.Reader(str(anchor), [loc.location_id], [loc.rank], defs.global_offset,
                                 defs.resolution, [2])

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import analyze
-from analyze.database import AnalyzeError
+from analyze.errors import AnalyzeError
 from tests.conftest import ROOT
 from tests.literal import write_literal
 
@@ -115,9 +115,9 @@ def test_unbalanced_archive_gives_truncated_intervals(tmp_path: Path) -> None:
     """A rank whose Leave records are missing (crash): intervals are closed, flagged, counted."""
     import numpy as np
 
-    from instrument.archive import ArchiveSpec, LocationSpec, RankSpec
-    from instrument.events import EVENT_DTYPE, Kind
-    from instrument.otf2_writer import write_archive
+    from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
+    from traceio.otf2_writer import write_archive
+    from traceio.records import EVENT_DTYPE, Kind
 
     def rec(t: int, kind: int, region: int) -> tuple:
         return (t, 0, 0, 0, region, -1, -1, 0, kind, 0)

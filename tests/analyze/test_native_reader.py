@@ -20,15 +20,15 @@ import otf2
 import pytest
 
 import analyze
-from analyze import native_reader, otf2_reader, readers
-from analyze.columns import Chunk, ReadStats
-from instrument.archive import ArchiveSpec, LocationSpec, RankSpec
-from instrument.events import EVENT_DTYPE, Kind, Op
-from instrument.otf2_writer import write_archive
+from analyze.readers import dispatch, otf2_native, otf2_python
+from analyze.readers.columns import Chunk, ReadStats
 from tests.conftest import ROOT, SCOREP_FIXTURES
+from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
+from traceio.otf2_writer import write_archive
+from traceio.records import EVENT_DTYPE, Kind, Op
 
-pytestmark = pytest.mark.skipif(not native_reader.available(),
-                                reason=f"native reader not built: {native_reader.unavailable_reason()}")
+pytestmark = pytest.mark.skipif(not otf2_native.available(),
+                                reason=f"native reader not built: {otf2_native.unavailable_reason()}")
 
 FIXTURES = sorted(p.name for p in SCOREP_FIXTURES.iterdir() if (p / "traces.otf2").exists())
 TABLES = ("intervals", "collectives", "messages")
@@ -47,8 +47,8 @@ def rows(chunks: list[Chunk]) -> tuple[dict[str, list[tuple]], ReadStats | None]
 
 
 def both(anchor: Path, chunk_rows: int = 500_000, threads: int | None = None):  # type: ignore[no-untyped-def]
-    _, python_chunks = otf2_reader.read(anchor, chunk_rows)
-    _, native_chunks = native_reader.read(anchor, chunk_rows, threads)
+    _, python_chunks = otf2_python.read(anchor, chunk_rows)
+    _, native_chunks = otf2_native.read(anchor, chunk_rows, threads)
     return rows(list(python_chunks)), rows(list(native_chunks))
 
 
@@ -124,7 +124,7 @@ def test_small_chunks_and_more_threads_than_locations(tmp_path: Path) -> None:
     anchor = write_archive(random_spec(7, ranks=2, events=300), tmp_path)
     python, native = both(anchor, chunk_rows=7, threads=8)
     assert native == python
-    _, chunks = native_reader.read(anchor, 7, threads=2)
+    _, chunks = otf2_native.read(anchor, 7, threads=2)
     sizes = [sum(len(next(iter(getattr(c, t).values()))) for t in TABLES) for c in chunks]
     assert len(sizes) > 10 and sum(sizes) == sum(len(v) for v in python[0].values())
 
@@ -175,16 +175,16 @@ def test_truncated_events_raise_reader_error(tmp_path: Path) -> None:
     anchor = write_archive(random_spec(1, ranks=1), tmp_path)
     evt = sorted((tmp_path / "traces").glob("*.evt"))[0]
     evt.write_bytes(evt.read_bytes()[:50])
-    with pytest.raises(readers.ReaderError, match="cannot read the events of"):
-        _, chunks = native_reader.read(anchor)
+    with pytest.raises(dispatch.ReaderError, match="cannot read the events of"):
+        _, chunks = otf2_native.read(anchor)
         list(chunks)
 
 
 def test_seam_prefers_native(tmp_path: Path) -> None:
     anchor = write_archive(random_spec(2, ranks=1), tmp_path)
-    assert readers.read(anchor)[0] == "native"
-    assert readers.read(anchor, prefer="python")[0] == "python"
-    assert readers.fallback_notice() is None
+    assert dispatch.read(anchor)[0] == "native"
+    assert dispatch.read(anchor, prefer="python")[0] == "python"
+    assert dispatch.fallback_notice() is None
 
 
 def test_fallback_without_the_extension(tmp_path: Path) -> None:
@@ -193,7 +193,7 @@ def test_fallback_without_the_extension(tmp_path: Path) -> None:
     write_archive(random_spec(3, ranks=2, events=200), run)
     native_db = tmp_path / "native.duckdb"
     analyze.build(run, db=native_db)
-    script = ("import sys; sys.modules['analyze._otf2native'] = None\n"
+    script = ("import sys; sys.modules['traceio._otf2native'] = None\n"
               "from analyze import cli\n"
               f"sys.exit(cli.main(['phases', {str(run)!r}, '--db', {str(tmp_path / 'python.duckdb')!r}]))\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
@@ -234,7 +234,7 @@ def test_progress_is_drawn_on_a_terminal_only(tmp_path: Path) -> None:
     import pty
 
     write_archive(random_spec(4, ranks=2, events=80_000), tmp_path / "run")  # ~1-3 s to read
-    script = (f"from analyze import database; database.build({str(tmp_path / 'run')!r}, "
+    script = (f"from analyze.tables import database; database.build({str(tmp_path / 'run')!r}, "
               f"db={str(tmp_path / 'x.duckdb')!r}, reader='python')")
     master, slave = pty.openpty()
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, stderr=slave, stdout=subprocess.PIPE,

@@ -140,7 +140,7 @@ def test_phases_add_up_to_steps_and_summary(tmp_path: Path) -> None:
     """).fetchall()
     assert mismatch == []
     assert db.execute("select count(*) from steps").fetchone() == (6,)
-    from analyze.phases import summary
+    from analyze.tables.phases import summary
 
     table = summary(db)
     assert list(table["steps"]) == [3, 3]
@@ -149,7 +149,7 @@ def test_phases_add_up_to_steps_and_summary(tmp_path: Path) -> None:
 
 def test_windowed_sweep_gives_the_same_phases_as_one_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """build_phases sweeps a few steps at a time on long traces; the windows must not show."""
-    from analyze import phases
+    from analyze.tables import phases
     from bench import synth
 
     run, _ = synth.write(30_000, tmp_path / "run")  # the benchmark's DDP-like steps, 2 ranks

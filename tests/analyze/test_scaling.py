@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyze import scaling
+from analyze.experiments import scaling
 
 
 def test_mean_and_t_confidence_interval() -> None:

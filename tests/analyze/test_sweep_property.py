@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analyze
-from analyze.phases import N_LEVELS, sweep
+from analyze.tables.phases import N_LEVELS, sweep
 from tests.literal import write_literal
 
 MS = 1_000_000

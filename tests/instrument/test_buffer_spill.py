@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from instrument.buffer import EventBuffer
-from instrument.events import EVENT_DTYPE, Kind
-from instrument.spill import HEADER, SpillWriter, ranks_present, read_rank
+from instrument.tracer.buffer import EventBuffer
+from instrument.tracer.spill import HEADER, SpillWriter, ranks_present, read_rank
+from traceio.records import EVENT_DTYPE, Kind
 
 
 def test_buffer_drains_when_full_and_keeps_order() -> None:
@@ -82,7 +82,7 @@ def test_spill_round_trip_and_partial_last_record(tmp_path: Path) -> None:
 
 
 def test_spill_rejects_foreign_files(tmp_path: Path) -> None:
-    from instrument.spill import SpillError
+    from instrument.tracer.spill import SpillError
 
     SpillWriter(tmp_path, 0).write_meta({})
     (tmp_path / "rank-00000.evt").write_bytes(b"not ours at all")

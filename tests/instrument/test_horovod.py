@@ -14,7 +14,7 @@ import pytest
 
 import analyze
 from analyze import background
-from instrument import rank_env
+from instrument.launch import rank_env
 from tests.conftest import RUNS, Run, instrument_run
 
 if os.environ.get("DLTRACE_SKIP_HOROVOD") == "1":  # the setup was told not to build Horovod

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from instrument.hooks import horovod_timeline as ht
-from instrument.recorder import Recorder
+from instrument.tracer.recorder import Recorder
 
 # A 2-tensor timeline as Horovod 0.28.1 writes it on CPU/Gloo (one fused allreduce of both
 # tensors), with its line breaks: metadata records end a line, events follow each other.

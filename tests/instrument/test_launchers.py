@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from instrument import cli, launch
+from instrument import cli
 from instrument.errors import UsageError
-from instrument.launch import EXPORTED, LaunchConfig, launcher_command, rank_command
+from instrument.launch import job
+from instrument.launch.job import EXPORTED, LaunchConfig, launcher_command, rank_command
 
 PY = sys.executable
 # horovodrun by full path when not on PATH (it sits beside the venv's python)
@@ -103,11 +104,11 @@ def test_scorep_args_pass_through_and_a_users_mpp_wins() -> None:
 def test_cli_builds_the_config_from_quoted_argument_strings(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[LaunchConfig] = []
 
-    def fake_run(c: LaunchConfig) -> launch.LaunchResult:
+    def fake_run(c: LaunchConfig) -> job.LaunchResult:
         seen.append(c)
-        return launch.LaunchResult(Path("."), 0, {}, [], None, None, None, "")
+        return job.LaunchResult(Path("."), 0, {}, [], None, None, None, "")
 
-    monkeypatch.setattr(launch, "run", fake_run)
+    monkeypatch.setattr(job, "run", fake_run)
     assert cli.main(["run", "--scorep", "--scorep-args=--instrumenter-type=cTrace --verbose",
                      "--scorep-filter", "none", "-np", "2", "--launcher", "srun",
                      "--launcher-args=--nodes=2 --cpus-per-task='4'", "train.py", "--lr", "0.1"]) == 0
@@ -126,7 +127,7 @@ def test_missing_launcher_fails_before_anything_starts(tmp_path: Path, monkeypat
         if Path(sys.executable).with_name(launcher).exists():
             continue  # the venv provides it (horovodrun)
         with pytest.raises(UsageError, match=f"{launcher} not found on PATH.*{hint}"):
-            launch.check_launcher(config(launcher))
+            job.check_launcher(config(launcher))
 
 
 def test_open_mpi_as_root_needs_an_explicit_choice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -134,15 +135,15 @@ def test_open_mpi_as_root_needs_an_explicit_choice(tmp_path: Path, monkeypatch: 
     fake.write_text("#!/bin/sh\necho 'mpirun (Open MPI) 4.1.4'\n")
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(launch.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(job.os, "geteuid", lambda: 0)
     monkeypatch.delenv("OMPI_ALLOW_RUN_AS_ROOT", raising=False)
     with pytest.raises(UsageError, match="Open MPI refuses to run as root; add --launcher-args=--allow-run-as-root"):
-        launch.check_launcher(config("mpirun"))
-    launch.check_launcher(config("mpirun", launcher_args=["--allow-run-as-root"]))
-    launch.check_launcher(config("mpirun", env={"OMPI_ALLOW_RUN_AS_ROOT": "1",
+        job.check_launcher(config("mpirun"))
+    job.check_launcher(config("mpirun", launcher_args=["--allow-run-as-root"]))
+    job.check_launcher(config("mpirun", env={"OMPI_ALLOW_RUN_AS_ROOT": "1",
                                                 "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}))
     fake.write_text("#!/bin/sh\necho 'HYDRA build details: MPICH'\n")  # MPICH does not care
-    launch.check_launcher(config("mpirun"))
+    job.check_launcher(config("mpirun"))
 
 
 def test_commands_are_argument_lists_not_shell_strings() -> None:
@@ -154,7 +155,7 @@ def test_commands_are_argument_lists_not_shell_strings() -> None:
 
 def test_ranks_started_by_mpirun_or_srun_get_torchs_env_variables() -> None:
     """DDP's env:// rendezvous reads RANK and WORLD_SIZE, which only torchrun and we set."""
-    from instrument.bootstrap import torch_env
+    from instrument.launch.rank_env import torch_env
 
     assert torch_env({"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
                       "OMPI_COMM_WORLD_LOCAL_RANK": "1"}) == {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "1"}

@@ -9,10 +9,11 @@ from pathlib import Path
 import otf2
 import pytest
 
-from instrument import events, merge
-from instrument.events import Op, Role
-from instrument.otf2_writer import write_archive
-from instrument.tracer import Tracer
+from instrument.tracer import merge
+from instrument.tracer.builtin import Tracer
+from traceio import records
+from traceio.otf2_writer import write_archive
+from traceio.records import Op, Role
 
 
 class Clock:
@@ -43,7 +44,7 @@ def traced_rank(run: Path, rank: int, start: int, steps: int = 2) -> Tracer:
     clock = Clock()
     clock.t = start
     tr = Tracer(rank, 2, run, clock=clock, capacity=16, flush_interval_s=None)
-    fwd, opt = tr.region_id(events.FORWARD), tr.region_id(events.OPTIMIZER)
+    fwd, opt = tr.region_id(records.FORWARD), tr.region_id(records.OPTIMIZER)
     ar = tr.region_id("torch.distributed.all_reduce", Role.COLL_ALL2ALL)
     comm = tr.comm_id("WORLD", (0, 1))
     for _ in range(steps):
@@ -122,7 +123,7 @@ def test_killed_rank_is_closed_and_flagged(tmp_path: Path) -> None:
     tr.finalize("ok")
     clock = Clock()
     killed = Tracer(1, 2, tmp_path, clock=clock, capacity=16, flush_interval_s=None)
-    fwd = killed.region_id(events.FORWARD)
+    fwd = killed.region_id(records.FORWARD)
     killed.enter(fwd)
     clock.t = 1500
     killed.enter(killed.region_id("inner"))
@@ -139,7 +140,7 @@ def test_killed_rank_is_closed_and_flagged(tmp_path: Path) -> None:
 
 def test_trailing_partial_step_becomes_tail(tmp_path: Path) -> None:
     tr = traced_rank(tmp_path, 0, 1000, steps=1)
-    fwd = tr.region_id(events.FORWARD)
+    fwd = tr.region_id(records.FORWARD)
     tr.enter(fwd)
     tr.leave(fwd)
     tr.finalize("ok")

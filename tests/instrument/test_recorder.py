@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import threading
 
-from instrument import events, recorder
-from instrument.events import Role
-from instrument.markers import region
-from instrument.recorder import Recorder
+from instrument.tracer import recorder
+from instrument.tracer.markers import region
+from instrument.tracer.recorder import Recorder
+from traceio import records
+from traceio.records import Role
 
 
 class FakeClock:
@@ -51,7 +52,7 @@ def names(log: list[tuple]) -> list[str]:
 
 def test_step_opens_at_first_activity_and_ends_with_the_optimizer() -> None:
     rec = Log()
-    fwd, opt = rec.region_id(events.FORWARD), rec.region_id(events.OPTIMIZER)
+    fwd, opt = rec.region_id(records.FORWARD), rec.region_id(records.OPTIMIZER)
     for _ in range(2):
         rec.enter(fwd)
         rec.leave(fwd)
@@ -67,7 +68,7 @@ def test_step_opens_at_first_activity_and_ends_with_the_optimizer() -> None:
 
 def test_step_waits_for_an_inner_region_to_close() -> None:
     rec = Log()
-    user, opt = rec.region_id("loop_body"), rec.region_id(events.OPTIMIZER)
+    user, opt = rec.region_id("loop_body"), rec.region_id(records.OPTIMIZER)
     rec.enter(user)
     rec.enter(opt)
     rec.leave(opt)
@@ -79,7 +80,7 @@ def test_step_waits_for_an_inner_region_to_close() -> None:
 
 def test_trailing_activity_without_optimizer_is_discarded() -> None:
     rec = Log()
-    fwd = rec.region_id(events.FORWARD)
+    fwd = rec.region_id(records.FORWARD)
     rec.enter(fwd)
     rec.leave(fwd)
     rec.end_steps()
@@ -100,7 +101,7 @@ def test_leave_unwinds_regions_left_open_by_an_exception() -> None:
 
 def test_artificial_regions_do_not_open_steps() -> None:
     rec = Log()
-    flush = rec.region_id(events.TRACER_FLUSH, Role.ARTIFICIAL)
+    flush = rec.region_id(records.TRACER_FLUSH, Role.ARTIFICIAL)
     rec.enter(flush)
     rec.leave(flush)
     assert names(rec.log) == ["enter:dltrace.flush", "leave:dltrace.flush"]

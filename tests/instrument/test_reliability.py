@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 import analyze
-from instrument.events import STEP, Kind
-from instrument.spill import SpillError, read_rank
+from instrument.tracer.spill import SpillError, read_rank
 from tests.conftest import ROOT, instrument_run
 from tests.literal import write_literal
+from traceio.records import STEP, Kind
 
 SCRIPTS = Path(__file__).parent / "scripts"
 MS = 1_000_000
@@ -113,8 +113,8 @@ def test_a_full_disk_stops_tracing_not_training(tmp_path: Path) -> None:
     code = f"""
 import resource, signal, sys
 from pathlib import Path
-from instrument.tracer import Tracer
-from instrument.events import FORWARD
+from instrument.tracer.builtin import Tracer
+from traceio.records import FORWARD
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, resource.RLIM_INFINITY))
 tr = Tracer(0, 1, Path({str(tmp_path)!r}), capacity=256, flush_interval_s=None)

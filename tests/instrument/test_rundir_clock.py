@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from instrument import rundir
-from instrument.clock import ClockServer, measure_offset
 from instrument.errors import UsageError
-from instrument.runinfo import params_from_args
-from instrument.timing import CudaEventTimer, DeviceClockConverter, HostTimer
+from instrument.launch import rundir
+from instrument.launch.runinfo import params_from_args
+from instrument.tracer.clock import ClockServer, measure_offset
+from instrument.tracer.timing import CudaEventTimer, DeviceClockConverter, HostTimer
 
 
 def test_automatic_names_are_unique_under_concurrency(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_offset_to_a_reference_clock_is_recovered() -> None:
 
 
 def test_unreachable_clock_server_gives_no_sample() -> None:
-    from instrument.rank_env import free_port
+    from instrument.launch.rank_env import free_port
 
     assert measure_offset(("127.0.0.1", free_port()), rounds=2, timeout_s=0.05) is None
 

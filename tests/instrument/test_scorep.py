@@ -15,12 +15,15 @@ from pathlib import Path
 import pytest
 
 import analyze
-from instrument import events, launch, recorder, scorep
 from instrument.errors import UsageError
-from instrument.events import Kind, Op, Role
-from instrument.markers import region
-from instrument.spill import read_rank
+from instrument.launch import job
+from instrument.scorep import backend as scorep
+from instrument.tracer import recorder
+from instrument.tracer.markers import region
+from instrument.tracer.spill import read_rank
 from tests.conftest import ROOT, Run, instrument_run
+from traceio import records
+from traceio.records import Kind, Op, Role
 
 FAKE = Path(__file__).parent / "fake_scorep"
 
@@ -56,7 +59,8 @@ def test_default_filter_drops_library_internals_and_keeps_markers(tmp_path: Path
     files = lines[begin + 1:end]
     assert f"EXCLUDE {sysconfig.get_paths()['stdlib']}/*" in files
     assert f"EXCLUDE {sysconfig.get_paths()['purelib']}/*" in files
-    assert f"EXCLUDE {Path(scorep.__file__).resolve().parent}/*" in files  # dltrace itself
+    assert f"EXCLUDE {Path(scorep.__file__).resolve().parents[1]}/*" in files  # dltrace itself
+    assert f"EXCLUDE {Path(records.__file__).resolve().parent}/*" in files
     assert "EXCLUDE */site-packages/*" in files
     assert not any(scorep.REGION_FILE in f for f in files)  # our user regions' file survives
     names = lines[lines.index("SCOREP_REGION_NAMES_BEGIN") + 1:lines.index("SCOREP_REGION_NAMES_END")]
@@ -97,13 +101,13 @@ def test_missing_score_p_starts_no_rank(monkeypatch: pytest.MonkeyPatch, tmp_pat
     def no_process(*args, **kwargs):  # type: ignore[no-untyped-def]
         raise AssertionError(f"a process was started: {args}")
 
-    monkeypatch.setattr(launch.subprocess, "Popen", no_process)
+    monkeypatch.setattr(job.subprocess, "Popen", no_process)
     for launcher in ("local", "mpirun", "srun", "torchrun"):
-        monkeypatch.setattr(launch, "check_launcher", lambda c: None)
-        config = launch.LaunchConfig(script=str(ROOT / "runs" / "mpi_allreduce.py"), nprocs=2,
+        monkeypatch.setattr(job, "check_launcher", lambda c: None)
+        config = job.LaunchConfig(script=str(ROOT / "runs" / "mpi_allreduce.py"), nprocs=2,
                                      out=tmp_path / "traces", tracer="scorep", launcher=launcher)
         with pytest.raises(UsageError, match="Score-P is not available"):
-            launch.run(config)
+            job.run(config)
     assert not (tmp_path / "traces").exists()  # not even a run directory
 
 
@@ -171,7 +175,7 @@ def backend(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 def test_markers_become_user_regions_with_our_names_and_nesting(backend, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     rec, api = backend
-    fwd, opt = rec.region_id(events.FORWARD), rec.region_id(events.OPTIMIZER)
+    fwd, opt = rec.region_id(records.FORWARD), rec.region_id(records.OPTIMIZER)
     coll = rec.region_id("torch.distributed.all_reduce", Role.COLL_ALL2ALL)
     world = rec.comm_id("WORLD", (0,))
     rec.sync_clock("start")
@@ -232,7 +236,7 @@ def test_asynchronous_collectives_and_other_threads(backend, tmp_path: Path) -> 
 def test_open_regions_are_closed_at_the_end(backend) -> None:  # type: ignore[no-untyped-def]
     """An exception leaves regions open; Score-P needs balanced regions, so finalize closes them."""
     rec, api = backend
-    fwd = rec.region_id(events.FORWARD)
+    fwd = rec.region_id(records.FORWARD)
     rec.enter(fwd)
     with pytest.raises(RuntimeError), region("outer"):
         raise RuntimeError("boom")

@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 
 import analyze
-from instrument import events, merge, scorep_merge
-from instrument.events import EVENT_DTYPE, Kind, Op, Role
-from instrument.otf2_writer import write_archive
-from instrument.spill import SpillWriter
+from instrument.scorep import merge as scorep_merge
+from instrument.tracer import merge
+from instrument.tracer.spill import SpillWriter
 from tests.conftest import SCOREP_FIXTURES
 from tests.literal import write_literal
+from traceio import records
+from traceio.otf2_writer import write_archive
+from traceio.records import EVENT_DTYPE, Kind, Op, Role
 
 MS = 1_000_000
 REF0 = 1_000 * MS  # reference time of the run's start
@@ -28,8 +30,8 @@ REF0 = 1_000 * MS  # reference time of the run's start
 ARCHIVE_CLOCK = {0: (5_000 * MS, 1.0), 1: (2_000 * MS, 1.00002)}
 LOCAL_SHIFT = {0: 0, 1: 777_000}  # local = reference + shift
 # Side-file region table (ids are the indices), as a ScorepRecorder writes it.
-SIDE_REGIONS = [(events.STEP, Role.FUNCTION), (events.CLOCK_SYNC, Role.ARTIFICIAL),
-                ("torch.distributed.all_reduce", Role.COLL_ALL2ALL), (events.FORWARD, Role.FUNCTION),
+SIDE_REGIONS = [(records.STEP, Role.FUNCTION), (records.CLOCK_SYNC, Role.ARTIFICIAL),
+                ("torch.distributed.all_reduce", Role.COLL_ALL2ALL), (records.FORWARD, Role.FUNCTION),
                 ("mpi4py.Comm.Allreduce", Role.COLL_ALL2ALL)]
 STEP, SYNC, ALLREDUCE, FORWARD, MPI4PY = range(5)
 

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from instrument import design, runinfo, sweep
 from instrument.errors import UsageError
+from instrument.experiments import design, sweep
+from instrument.launch import runinfo
 from tests.conftest import ROOT
 
 DESIGNS = ROOT / "runs" / "designs"

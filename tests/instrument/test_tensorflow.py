@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 import analyze
-from instrument import rank_env
-from instrument.events import Op
 from instrument.hooks.tensorflow import rendezvous_tf_config
+from instrument.launch import rank_env
 from tests.conftest import Run, instrument_run
 from tests.instrument.test_recorder import Log
+from traceio.records import Op
 
 SYNC = "runs/tf_sync_resnet.py"
 CTL = "runs/tf_ctl_accum.py"

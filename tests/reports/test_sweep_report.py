@@ -15,8 +15,8 @@ import pytest
 from matplotlib import pyplot as plt
 from pypdf import PdfReader
 
-from analyze import compare
-from analyze.database import AnalyzeError
+from analyze.errors import AnalyzeError
+from analyze.experiments import compare
 from reports import scaling
 from reports.report import build_report
 from tests.analyze.test_compare import synthetic_sweep

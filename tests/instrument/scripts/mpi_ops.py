@@ -5,7 +5,7 @@ MPI.IN_PLACE at the root, an Allgather and a Barrier."""
 import numpy as np
 from mpi4py import MPI
 
-from instrument.markers import end_step
+from instrument.tracer.markers import end_step
 
 comm = MPI.COMM_WORLD
 rank = comm.Get_rank()

@@ -1,0 +1,35 @@
+"""``analyze``: read traces into DuckDB and report where the time goes.
+
+Thin verbs over library functions, one module per verb in this package: each defines
+``add_parser(subparsers)`` (which sets ``command``) and ``run(namespace) -> int`` and imports the library (DuckDB,
+pandas, plotnine) only inside ``run``, so ``analyze --help`` and a mistyped argument answer at
+once. Errors a user can fix print one sentence and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from analyze.errors import AnalyzeError
+
+# Verbs in the order ``analyze --help`` lists them; each is the module analyze.cli.<verb>.
+VERBS = ("phases", "report", "compare")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="analyze", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    for verb in VERBS:
+        importlib.import_module(f"analyze.cli.{verb.replace('-', '_')}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return int(ns.command(ns))
+    except AnalyzeError as e:
+        print(f"analyze: {e}", file=sys.stderr)
+        return e.exit_status

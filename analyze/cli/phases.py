@@ -1,0 +1,43 @@
+"""``analyze phases RUN``: build the run's database and print its phase breakdown per rank."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from analyze.cli.common import display
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "phases", help="per rank and step: compute, allreduce, other communication and idle time",
+        description="Read RUN's OTF2 archive (ours or Score-P's) into RUN/trace.duckdb and print "
+        "the phase breakdown per rank.")
+    p.add_argument("run", type=Path, metavar="RUN", help="run directory, Score-P experiment or .otf2 file")
+    p.add_argument("--force", action="store_true", help="rebuild the database even if it is current")
+    p.add_argument("--step-region", metavar="NAME",
+                   help="region that delimits steps when the trace has no step markers")
+    p.add_argument("--db", type=Path, help="database file (default RUN/trace.duckdb)")
+    p.set_defaults(command=run)
+
+
+def run(ns: argparse.Namespace) -> int:
+    import duckdb
+
+    from analyze import background
+    from analyze.tables import database, phases
+
+    paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region)
+    with duckdb.connect(str(paths.db), read_only=True) as con:
+        table = phases.summary(con)
+        source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
+        horovod = background.summary(con) if background.available(con) else None
+    print(table.to_string(index=False, na_rep="0.0"))
+    if horovod is not None and not horovod.empty:
+        print("\nHorovod's background thread (its timeline; overlapping activities, see docs/horovod.md):")
+        print(horovod.to_string(index=False, na_rep="-"))
+    if source and source[0] == "whole_run":
+        print("steps: no step markers found; each rank's whole trace is one step "
+              "(use --step-region NAME to split it)")
+    print(f"database: {display(paths.db)}")
+    return 0

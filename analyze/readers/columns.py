@@ -1,0 +1,230 @@
+"""What an OTF2 reader produces: definitions plus column chunks, and the rules that build them.
+
+Every reader (the ``otf2``-package one in :mod:`analyze.readers.otf2_python`, the native one) turns
+events into the same three row kinds, applying exactly these rules per location:
+
+- **Intervals**: an Enter pushes a region instance (``idx`` counts instances on the location
+  in enter order; ``parent_idx`` is the instance below it, -1 at the top). A Leave closes the
+  topmost instance of its region: instances above it are closed at the same time first
+  (marked truncated). A Leave whose region is not open is ignored and counted. Instances
+  still open after the last event of the location are closed at that event's time
+  (truncated). A row is emitted when the instance closes.
+- **Collectives**: MpiCollectiveBegin notes the topmost open instance (the region performing
+  the collective) and the time; the next MpiCollectiveEnd on the location completes the row.
+  An End without a Begin is ignored and counted.
+- **Messages**: MpiSend/MpiIsend (direction 0) and MpiRecv/MpiIrecv (direction 1), each with
+  the topmost open instance at that moment.
+
+Times are converted from archive ticks to nanoseconds from the trace start by
+:func:`ticks_to_ns`, which readers must reproduce exactly (integer arithmetic, floor).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import overload
+
+import numpy as np
+
+INTERVAL_COLUMNS = {
+    "location_id": np.int64, "rank": np.int32, "idx": np.int64, "parent_idx": np.int64,
+    "depth": np.int32, "region_id": np.int64, "start_ns": np.int64, "end_ns": np.int64,
+    "truncated": np.bool_,
+}
+COLLECTIVE_COLUMNS = {
+    "location_id": np.int64, "rank": np.int32, "interval_idx": np.int64, "begin_ns": np.int64,
+    "end_ns": np.int64, "op": np.int32, "comm_id": np.int64, "root": np.int64,
+    "bytes_sent": np.int64, "bytes_recv": np.int64,
+}
+MESSAGE_COLUMNS = {
+    "location_id": np.int64, "rank": np.int32, "direction": np.int8, "peer": np.int64,
+    "comm_id": np.int64, "tag": np.int64, "bytes": np.int64, "time_ns": np.int64,
+    "interval_idx": np.int64,
+}
+NS = 1_000_000_000
+UNDEFINED_U32 = 0xFFFFFFFF
+
+
+@overload
+def ticks_to_ns(ticks: int, global_offset: int, resolution: int) -> int: ...
+@overload
+def ticks_to_ns(ticks: np.ndarray, global_offset: int, resolution: int) -> np.ndarray: ...
+def ticks_to_ns(ticks: np.ndarray | int, global_offset: int, resolution: int) -> np.ndarray | int:
+    """Archive ticks -> integer ns since ``global_offset`` (floor; exact for resolution < 9.2e9)."""
+    d = ticks - global_offset
+    if resolution == NS:
+        return d
+    q = d // resolution
+    return q * NS + ((d - q * resolution) * NS) // resolution
+
+
+@dataclass
+class LocationDef:
+    location_id: int
+    rank: int
+    thread: int
+    name: str
+    kind: str
+    is_main: bool
+    events: int
+
+
+@dataclass
+class RegionDef:
+    region_id: int
+    name: str
+    canonical_name: str
+    paradigm: str
+    role: str
+    source_file: str | None
+    begin_line: int | None
+
+
+@dataclass
+class CommDef:
+    comm_id: int
+    name: str
+    members: list[int]  # ranks in communicator order
+
+
+@dataclass
+class Definitions:
+    anchor: Path
+    creator: str
+    resolution: int
+    global_offset: int
+    length_ticks: int
+    realtime_ns: int | None
+    locations: list[LocationDef] = field(default_factory=list)
+    regions: list[RegionDef] = field(default_factory=list)
+    comms: list[CommDef] = field(default_factory=list)
+
+
+@dataclass
+class ReadStats:
+    events: int = 0
+    unmatched_leaves: int = 0
+    truncated: int = 0
+    unmatched_collective_ends: int = 0
+
+
+@dataclass
+class Chunk:
+    """A batch of rows: table name -> column name -> array (all columns of equal length)."""
+
+    intervals: dict[str, np.ndarray]
+    collectives: dict[str, np.ndarray]
+    messages: dict[str, np.ndarray]
+    events: int  # events consumed to produce this chunk
+    stats: ReadStats | None = None  # on the last chunk only
+
+
+class _Columns:
+    """Growable column buffers for one row kind."""
+
+    def __init__(self, spec: Mapping[str, type]):
+        self.spec = spec
+        self.rows: list[tuple] = []
+
+    def take(self) -> dict[str, np.ndarray]:
+        cols = list(zip(*self.rows, strict=True)) if self.rows else [() for _ in self.spec]
+        out: dict[str, np.ndarray] = {
+            name: np.array(col, dtype=dt) for (name, dt), col in zip(self.spec.items(), cols, strict=True)}
+        self.rows = []
+        return out
+
+
+class IntervalBuilder:
+    """Applies the module's rules to a stream of events; times are already in ns."""
+
+    def __init__(self, rank_of: dict[int, int]):
+        self.rank_of = rank_of
+        self.intervals = _Columns(INTERVAL_COLUMNS)
+        self.collectives = _Columns(COLLECTIVE_COLUMNS)
+        self.messages = _Columns(MESSAGE_COLUMNS)
+        self.stats = ReadStats()
+        # per location: stack of [region, idx, start]; next idx; pending collective; last time
+        self._stacks: dict[int, list[tuple[int, int, int]]] = {}
+        self._next: dict[int, int] = {}
+        self._coll: dict[int, tuple[int, int]] = {}
+        self._last: dict[int, int] = {}
+
+    def _close(self, loc: int, stack: list[tuple[int, int, int]], t: int, truncated: bool) -> None:
+        region, idx, start = stack.pop()
+        parent = stack[-1][1] if stack else -1
+        self.intervals.rows.append(
+            (loc, self.rank_of[loc], idx, parent, len(stack), region, start, t, truncated)
+        )
+        if truncated:
+            self.stats.truncated += 1
+
+    def enter(self, loc: int, t: int, region: int) -> None:
+        stack = self._stacks.setdefault(loc, [])
+        idx = self._next.get(loc, 0)
+        self._next[loc] = idx + 1
+        stack.append((region, idx, t))
+        self._last[loc] = t
+
+    def leave(self, loc: int, t: int, region: int) -> None:
+        self._last[loc] = t
+        stack = self._stacks.get(loc)
+        if not stack:
+            self.stats.unmatched_leaves += 1
+            return
+        for depth in range(len(stack) - 1, -1, -1):
+            if stack[depth][0] == region:
+                break
+        else:
+            self.stats.unmatched_leaves += 1
+            return
+        while len(stack) > depth + 1:
+            self._close(loc, stack, t, True)
+        self._close(loc, stack, t, False)
+
+    def _top(self, loc: int) -> int:
+        stack = self._stacks.get(loc)
+        return stack[-1][1] if stack else -1
+
+    def touch(self, loc: int, t: int) -> None:
+        """Any other event: it still counts as the location's last activity."""
+        self._last[loc] = t
+
+    def collective_begin(self, loc: int, t: int) -> None:
+        self._coll[loc] = (self._top(loc), t)
+        self._last[loc] = t
+
+    def collective_end(
+        self, loc: int, t: int, op: int, comm: int, root: int, sent: int, recv: int
+    ) -> None:
+        self._last[loc] = t
+        begin = self._coll.pop(loc, None)
+        if begin is None:
+            self.stats.unmatched_collective_ends += 1
+            return
+        root = -1 if root == UNDEFINED_U32 else root
+        self.collectives.rows.append(
+            (loc, self.rank_of[loc], begin[0], begin[1], t, op, comm, root, sent, recv)
+        )
+
+    def message(
+        self, loc: int, t: int, direction: int, peer: int, comm: int, tag: int, length: int
+    ) -> None:
+        self._last[loc] = t
+        self.messages.rows.append(
+            (loc, self.rank_of[loc], direction, peer, comm, tag, length, t, self._top(loc))
+        )
+
+    def finish(self) -> None:
+        """Close what is still open at each location's last event."""
+        for loc, stack in self._stacks.items():
+            while stack:
+                self._close(loc, stack, self._last[loc], True)
+
+    def pending_rows(self) -> int:
+        return len(self.intervals.rows) + len(self.collectives.rows) + len(self.messages.rows)
+
+    def take(self, events: int, last: bool = False) -> Chunk:
+        return Chunk(self.intervals.take(), self.collectives.take(), self.messages.take(), events,
+                     self.stats if last else None)

@@ -1,0 +1,98 @@
+"""What an OTF2 writer is handed: unified definitions plus one ordered record stream per
+location, and the layout both writers share (archive name, timer, roles and operations).
+
+The tracer's merge builds an :class:`ArchiveSpec`; the writers (:mod:`traceio.otf2_writer`,
+:mod:`traceio.native_writer`) translate it record by record and must not reorder or drop
+anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from otf2.enums import CollectiveOp, RegionRole
+
+from traceio.records import Op, Role
+
+
+@dataclass
+class LocationSpec:
+    rank: int
+    index: int  # 0: main thread; then other threads; then communication lanes
+    name: str
+    kind: str  # "main", "thread" or "comm_lane"
+    records: np.ndarray  # EVENT_DTYPE, kinds ENTER / LEAVE / COLL_BEGIN / COLL_END, time-ordered
+
+    @property
+    def otf2_id(self) -> int:
+        """Score-P's numbering: thread index in the high 32 bits, rank in the low ones."""
+        return (self.index << 32) | self.rank
+
+
+@dataclass
+class RankSpec:
+    rank: int
+    host: str
+    clock_offsets: list[tuple[int, int, float]]  # (local ns, offset ns, stddev ns)
+    locations: list[LocationSpec] = field(default_factory=list)
+
+
+@dataclass
+class ArchiveSpec:
+    regions: list[tuple[str, str]]  # (name, Role value)
+    comms: list[tuple[str, list[int]]]  # (name, member ranks in communicator order)
+    ranks: list[RankSpec]
+    start_realtime_ns: int | None = None
+    creator: str = "dltrace"
+
+    def event_count(self) -> int:
+        return sum(len(loc.records) for r in self.ranks for loc in r.locations)
+
+
+ARCHIVE_NAME = "traces"
+TIMER_RESOLUTION = 1_000_000_000
+
+OTF2_ROLE = {
+    Role.FUNCTION: RegionRole.FUNCTION,
+    Role.COLL_ALL2ALL: RegionRole.COLL_ALL2ALL,
+    Role.COLL_ONE2ALL: RegionRole.COLL_ONE2ALL,
+    Role.COLL_ALL2ONE: RegionRole.COLL_ALL2ONE,
+    Role.BARRIER: RegionRole.BARRIER,
+    Role.POINT2POINT: RegionRole.POINT2POINT,
+    Role.WAIT: RegionRole.TASK_WAIT,
+    Role.ARTIFICIAL: RegionRole.ARTIFICIAL,
+}
+OTF2_OP = {
+    Op.BARRIER: CollectiveOp.BARRIER,
+    Op.BCAST: CollectiveOp.BCAST,
+    Op.GATHER: CollectiveOp.GATHER,
+    Op.SCATTER: CollectiveOp.SCATTER,
+    Op.ALLGATHER: CollectiveOp.ALLGATHER,
+    Op.ALLTOALL: CollectiveOp.ALLTOALL,
+    Op.REDUCE: CollectiveOp.REDUCE,
+    Op.ALLREDUCE: CollectiveOp.ALLREDUCE,
+    Op.REDUCE_SCATTER: CollectiveOp.REDUCE_SCATTER,
+}
+UNDEFINED_ROOT = 0xFFFFFFFF
+
+
+def corrected(times: np.ndarray, offsets: list[tuple[int, int, float]]) -> np.ndarray:
+    """Local times -> reference times, interpolating offsets as OTF2 readers do."""
+    if not offsets:
+        return times
+    local = np.array([o[0] for o in offsets], dtype=np.float64)
+    off = np.array([o[1] for o in offsets], dtype=np.float64)
+    return times + np.rint(np.interp(times.astype(np.float64), local, off)).astype(np.int64)
+
+
+def time_span(spec: ArchiveSpec) -> tuple[int, int] | None:
+    """(first, last) reference time of any record in ``spec``, or None when it is empty."""
+    lo, hi = None, None
+    for rank in spec.ranks:
+        for loc in rank.locations:
+            if len(loc.records):
+                t = corrected(loc.records["time"][[0, -1]], rank.clock_offsets)
+                lo = int(t[0]) if lo is None else min(lo, int(t[0]))
+                hi = int(t[-1]) if hi is None else max(hi, int(t[-1]))
+    return None if lo is None or hi is None else (lo, hi)
