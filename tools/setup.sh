@@ -15,6 +15,16 @@ python_bin="${PYTHON:-python3.11}"
 command -v "$python_bin" >/dev/null 2>&1 || python_bin=python3
 
 say() { printf '[setup] %s\n' "$*"; }
+# Tools' own chatter (apt, pip and the build backends' warnings) goes to a log; on a failure
+# the log's tail is shown. A newcomer's terminal shows only our progress lines.
+log="${TMPDIR:-/tmp}/dltrace-setup-$$.log"
+quiet() {
+    if ! "$@" >>"$log" 2>&1; then
+        say "error: '$*' failed; the last lines of its output ($log):" >&2
+        tail -n 30 "$log" >&2
+        exit 1
+    fi
+}
 
 # --- system packages -------------------------------------------------------------------
 need_apt=()
@@ -25,12 +35,12 @@ command -v mpicc >/dev/null 2>&1 || need_apt+=(openmpi-bin libopenmpi-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
         say "installing ${need_apt[*]} (Debian packages)"
-        apt-get update -qq >/dev/null
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+        quiet apt-get update -qq
+        quiet env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
     elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then
         say "installing ${need_apt[*]} with sudo"
-        sudo apt-get update -qq >/dev/null
-        sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+        quiet sudo apt-get update -qq
+        quiet sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}"
     else
         say "error: ${need_apt[*]} missing and no apt-get here; install OTF2 3.x (otf2-print and headers) and re-run" >&2
         exit 1
@@ -45,17 +55,20 @@ fi
 [ -x "$venv/bin/python" ] || { say "creating $venv"; "$python_bin" -m venv "$venv"; }
 py="$venv/bin/python"
 
+# Every extra: what `make test` runs needs them all (frameworks, MPI, clusters, test oracles).
+EXTRAS="torch,tensorflow,horovod,mpi,cluster,dev"
 stamp="$venv/.dltrace-setup"
 # setup.py and traceio/native/ build the native OTF2 codec: a change there reinstalls (rebuilds) too
 key="$(cat pyproject.toml tools/setup.sh setup.py traceio/native/*.[ch] | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$key" ]; then
     say "installing Python packages (first time: a few minutes)"
-    "$py" -m pip install -q --upgrade pip 2>&1 | grep -v "is ignored" || true
+    quiet "$py" -m pip install -q --upgrade pip
     # torch first and alone: 2.13.0 is the CPU build on this disk (other versions pull CUDA builds)
-    "$py" -m pip install -q "torch==2.13.0" 2>&1 | grep -v "is ignored" || true
-    "$py" -m pip install -q -e ".[torch,tensorflow,horovod,mpi,dev]" 2>&1 | grep -v "is ignored" || true
+    quiet "$py" -m pip install -q "torch==2.13.0"
+    quiet "$py" -m pip install -q -e ".[$EXTRAS]"
+    say "built the native OTF2 codec: $("$py" -c 'from traceio import codec; print("yes" if codec.available() else "NO (" + codec.unavailable_reason() + ")")')"
     "$py" -c 'import torch, tensorflow, numpy, pandas, plotnine, duckdb, otf2' 2>/dev/null || {
-        say "error: the Python packages did not install; see the pip output above" >&2; exit 1; }
+        say "error: the Python packages did not install; see $log" >&2; exit 1; }
     echo "$key" > "$stamp"
 else
     say "Python packages up to date"
@@ -66,4 +79,5 @@ if [ -x tools/build_horovod.sh ] && [ "${DLTRACE_SKIP_HOROVOD:-0}" != 1 ]; then
     PATH="$venv/bin:$PATH" tools/build_horovod.sh "$py"
 fi
 
+rm -f "$log"
 say "ready: $venv"
