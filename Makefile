@@ -41,7 +41,7 @@ bench:  ## the benchmarks of bench/README.md (about 25 minutes; up to 7 GB of di
 	$(PY) -m bench.overhead --repeat 8 --steps 40
 
 lint:  ## ruff and mypy
-	$(BIN)/ruff check instrument analyze reports runs tests bench
+	$(BIN)/ruff check traceio instrument analyze reports runs tests bench
 	$(BIN)/mypy
 
 docs:  ## regenerate docs/schema.md from analyze/schema.py
