@@ -48,14 +48,16 @@ def run(ns: argparse.Namespace) -> int:
         named = con.execute("""SELECT cm.name, count(*), count(DISTINCT c.rank), min(c.ranks_matched)
                                FROM collectives c JOIN communicators cm USING (comm_id)
                                WHERE c.source = 'name' GROUP BY cm.name ORDER BY cm.name""").fetchall()
-    rows = [("", "region", "category", "op", "instances", "main_ms", "why")]
+    # matched: rows in `collectives` (from records or by name); a name-matched region nested in
+    # another communication region has none: it is part of that one
+    rows = [("", "region", "category", "op", "instances", "matched", "main_ms", "why")]
     rows += [("?" if r.suspect else "", r.region if len(r.region) <= WIDTH else r.region[: WIDTH - 3] + "...",
-              r.category, r.op if isinstance(r.op, str) else "", str(r.instances), f"{r.main_ms:.3f}", r.why)
-             for r in table.itertuples()]
-    widths = [max(len(row[i]) for row in rows) for i in range(6)]
+              r.category, r.op if isinstance(r.op, str) else "", str(r.instances), str(r.records + r.by_name),
+              f"{r.main_ms:.3f}", r.why) for r in table.itertuples()]
+    widths = [max(len(row[i]) for row in rows) for i in range(7)]
     for row in rows:
-        cells = [c.rjust(w) if i in (4, 5) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))]
-        print("  ".join([*cells, row[6]]).rstrip())
+        cells = [c.rjust(w) if i in (4, 5, 6) else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths, strict=False))]
+        print("  ".join([*cells, row[7]]).rstrip())
     for group, rows, ranks, matched in named:
         print(f"\n{group.removeprefix('name-only: ')}: {rows} collectives recognized by name on {ranks} ranks, "
               f"matched by order (fewest ranks in one instance: {matched}); bytes unknown")

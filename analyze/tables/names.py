@@ -60,36 +60,40 @@ def demangle(symbol: str) -> str | None:
         free(out)
 
 
+_BRACKETS = re.compile(r"[<>()]")
+_BRACKETS_OR_SPACE = re.compile(r"[<>() ]")
+
+
 def _function_part(signature: str) -> str:
     """``void ns::f<T>(int) const`` -> ``ns::f<T>``; text without a parameter list unchanged.
 
     The parameter list is the first ``(`` outside template brackets that does not open
-    ``(anonymous namespace)`` (which follows ``::`` or starts the name); the return type is
-    what comes before the last space outside brackets.
+    ``(anonymous namespace)`` (which follows ``::`` or starts the name) or follow
+    ``operator``; the return type is what comes before the last space outside brackets.
     """
+    if "(" not in signature:
+        return signature
     depth = 0
     cut = -1
-    for i, ch in enumerate(signature):
-        if ch in "<(":
-            if ch == "(" and depth == 0 and i > 0 and not signature.startswith("(anonymous", i) \
-                    and not signature.endswith("operator", 0, i):
-                cut = i
-                break
-            depth += 1
-        elif ch in ">)":
-            depth = max(0, depth - 1)
+    for m in _BRACKETS.finditer(signature):
+        ch, i = m.group(), m.start()
+        if ch == "(" and depth == 0 and i > 0 and not signature.startswith("(anonymous", i) \
+                and not signature.endswith("operator", 0, i):
+            cut = i
+            break
+        depth = depth + 1 if ch in "<(" else max(0, depth - 1)
     if cut < 0:
         return signature
     head = signature[:cut].rstrip()
     depth = 0
     start = 0
-    for i, ch in enumerate(head):
-        if ch in "<(":
-            depth += 1
-        elif ch in ">)":
-            depth = max(0, depth - 1)
-        elif ch == " " and depth == 0:
-            start = i + 1
+    for m in _BRACKETS_OR_SPACE.finditer(head):
+        ch = m.group()
+        if ch == " ":
+            if depth == 0:
+                start = m.start() + 1
+        else:
+            depth = depth + 1 if ch in "<(" else max(0, depth - 1)
     return head[start:]
 
 
@@ -99,5 +103,7 @@ def match_name(name: str, canonical: str | None = None) -> str:
     text = demangle(canonical) if canonical else None
     if text is None:
         text = demangle(name) or name
-    text = _SUFFIX.sub("", text.strip())
+    text = text.strip()
+    if "[" in text:
+        text = _SUFFIX.sub("", text)
     return _function_part(text)

@@ -93,7 +93,7 @@ def classify(name: str, paradigm: str, role: str, canonical: str | None = None,
 
 
 COMM_WORDS = ("allreduce", "all_reduce", "reduce", "bcast", "broadcast", "barrier", "gather",
-              "scatter", "alltoall", "all_to_all", "send", "recv", "wait", "sync")
+              "scatter", "alltoall", "all_to_all", "send", "recv", "wait", "sync", "exchange")
 
 
 def region_table(con: duckdb.DuckDBPyConnection, everything: bool = False) -> pd.DataFrame:
