@@ -57,18 +57,23 @@ def build_named(con: duckdb.DuckDBPyConnection) -> None:
         LEFT JOIN region_patterns rp ON rp.region_id = i.region_id
         WHERE r.category IN {_listed(COMM)} OR rec.idx IS NOT NULL
     """)
-    # outermost instances recognized by name (an enclosing communication region has a smaller
-    # depth and spans it, on the same location)
+    # Instances on a location nest properly and enter in idx order, so an instance entered
+    # earlier that is still open when X starts encloses X, and the instances entered after X
+    # that start before X ends are inside it: two window functions instead of range joins
+    # (which took minutes at 10^5 instances).
     con.execute("""
         CREATE TEMP TABLE named_outer AS
-        SELECT x.*, EXISTS (
-                   SELECT 1 FROM comm_iv y WHERE y.has_record AND y.location_id = x.location_id
-                     AND y.depth >= x.depth AND y.start_ns >= x.start_ns AND y.end_ns <= x.end_ns
-               ) AS encloses_record
-        FROM comm_iv x
-        WHERE x.library IS NOT NULL AND NOT EXISTS (
-            SELECT 1 FROM comm_iv y WHERE y.location_id = x.location_id AND y.depth < x.depth
-              AND y.start_ns <= x.start_ns AND y.end_ns >= x.end_ns)
+        WITH w AS (
+            SELECT *,
+                   max(end_ns) OVER (PARTITION BY location_id ORDER BY idx
+                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS open_until,
+                   min(CASE WHEN has_record THEN start_ns END) OVER (
+                       PARTITION BY location_id ORDER BY idx
+                       ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS next_record
+            FROM comm_iv
+        )
+        SELECT *, has_record OR coalesce(next_record < end_ns, false) AS encloses_record
+        FROM w WHERE library IS NOT NULL AND coalesce(open_until <= start_ns, true)
     """)
     libraries = [lib for (lib,) in con.execute(f"""
         SELECT DISTINCT library FROM named_outer

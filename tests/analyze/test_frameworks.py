@@ -92,6 +92,21 @@ def test_an_mpi_record_inside_wins_over_the_names_around_it(tmp_path: Path) -> N
     ]
 
 
+def test_name_only_collectives_beside_recorded_ones(tmp_path: Path) -> None:
+    items = []
+    for rank in (0, 1):
+        items += [(rank, "main", 0, 50 * MS),
+                  (rank, "gaspi_allreduce", (1 + rank) * MS, 5 * MS),
+                  (rank, "MPI_Allreduce", (10 + rank) * MS, 20 * MS, {"op": "allreduce", "bytes": 8}),
+                  (rank, "gaspi_barrier", 30 * MS, (40 - rank) * MS)]
+    db = build(tmp_path, items)
+    # a record before or after a region is not inside it: both GPI-2 calls stay collectives
+    assert [(r, s, op, src, w) for r, s, op, _, _, w, _, _, src, _ in collectives(db)] == [
+        (0, 0, "allreduce", "record", 1), (1, 0, "allreduce", "record", 0),
+        (0, 0, "allreduce", "name", 1), (1, 0, "allreduce", "name", 0),
+        (0, 1, "barrier", "name", 0), (1, 1, "barrier", "name", 0)]
+
+
 @pytest.mark.parametrize(("also_send", "wait_phase"), [(False, "allreduce"), (True, "other_comm")])
 def test_lbann_wait_takes_the_operation_of_its_nonblocking_starts(
     tmp_path: Path, also_send: bool, wait_phase: str,
