@@ -146,6 +146,8 @@ def _pattern(path: Path, n: int, t: Any) -> Pattern:
     kind = Kind(t["category"])
     if kind == Kind.ALLREDUCE:
         op = op or "allreduce"
+    if kind == Kind.COLLECTIVE and op is None:
+        raise bad(f"a collective needs op = one of {', '.join(OPS[:9])}")
     blocking = t.get("blocking", True)
     if not isinstance(blocking, bool):
         raise bad("blocking must be true or false")

@@ -419,7 +419,7 @@ DEFAULTS: tuple[Pattern, ...] = (
     _hvd("reducescatter_async|grouped_reducescatter_async", C, "reduce_scatter", "1035, 1148", "reducescatter_async",
          blocking=False),
     _hvd("barrier", C, "barrier", "1315", "barrier"),
-    _hvd("join", C, None, "1293", "join"),
+    _hvd("join", C, "barrier", "1293 (returns once every rank has joined)", "join"),
     _hvd("synchronize|poll", W, None, "1269, 1253", "synchronize"),
     _hvd("init|shutdown", RT, None, "69, 65", "init"),
     R("Horovod", r"horovod\.torch\.functions:(?:broadcast_parameters|broadcast_optimizer_state|broadcast_object)",

@@ -32,6 +32,7 @@ def test_every_default_cites_a_source_and_names_a_known_op(p: Pattern) -> None:
     assert re.search(r"\w/[\w.-]+@[0-9a-f]{8}|\d\.\d+\.\d+ wheel", p.source), p.source
     assert p.op is None or p.op in OPS
     assert p.kind != Kind.ALLREDUCE or p.op == "allreduce"
+    assert p.kind != Kind.COLLECTIVE or p.op is not None  # collectives rows always have an op
 
 
 # Names a careless pattern would misread, each with what it must be (None: no pattern matches,
@@ -198,6 +199,7 @@ def test_pattern_file_comes_before_the_defaults(tmp_path: Path) -> None:
     ("[[pattern]]\nglob = 'x'\ncategory = 'wait'\nop = 'sum'\n", "op 'sum' is not one of"),
     ("[[pattern]]\nglob = 'x'\ncategory = 'wait'\nblocking = 'no'\n", "blocking must be true or false"),
     ("[[pattern]]\nglob = 'x'\ncategory = 'wait'\ncolour = 1\n", "unknown key colour"),
+    ("[[pattern]]\nglob = 'x'\ncategory = 'collective'\n", "a collective needs op"),
     ("[patterns]\nglob = 'x'\n", "must hold [[pattern]] tables only"),
     ("[[pattern]\n", "is not a valid TOML file"),
 ])
