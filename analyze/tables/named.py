@@ -9,6 +9,7 @@ A library's communication often nests (``lbann::lbann_comm::allreduce`` encloses
   collective record, is part of that one.
 - An instance that carries an OTF2 collective record, or encloses one, is not a name-only
   collective: the record says what happened (operation, bytes, communicator) and wins.
+  (Records that move no data, such as MPI_Init's handle creation, do not count.)
 
 The remaining blocking collectives (pattern ``blocking``) become rows of the temporary
 table ``named_collectives``, which :func:`analyze.tables.collectives.build_collectives`
@@ -27,6 +28,7 @@ from __future__ import annotations
 import duckdb
 
 from analyze.schema import Category
+from analyze.tables.collectives import NOT_DATA, op_names
 from analyze.tables.patterns import Kind
 
 COMM = (Category.COLLECTIVE, Category.P2P, Category.WAIT)
@@ -35,6 +37,11 @@ COLLECTIVE_KINDS = (Kind.ALLREDUCE, Kind.COLLECTIVE)
 
 def _listed(values: tuple[str, ...]) -> str:
     return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
+def _not_data() -> str:
+    """OTF2 codes of the collective records that move no data (MPI_Init's handle creation)."""
+    return "(" + ", ".join(str(code) for code, name in op_names() if name in NOT_DATA) + ")"
 
 
 def build_named(con: duckdb.DuckDBPyConnection) -> None:
@@ -49,7 +56,8 @@ def build_named(con: duckdb.DuckDBPyConnection) -> None:
         return  # nothing recognized by name: the tables are exactly what the records say
     con.execute(f"""
         CREATE TEMP TABLE comm_iv AS
-        WITH rec AS (SELECT DISTINCT location_id, interval_idx AS idx FROM raw_collectives)
+        WITH rec AS (SELECT DISTINCT location_id, interval_idx AS idx FROM raw_collectives
+                     WHERE op NOT IN {_not_data()})
         SELECT i.location_id, i.rank, i.idx, i.depth, i.start_ns, i.end_ns, i.region_id,
                rec.idx IS NOT NULL AS has_record, rp.library, rp.kind, rp.blocking, r.op
         FROM intervals i JOIN regions r USING (region_id)
