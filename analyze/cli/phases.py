@@ -17,6 +17,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="rebuild the database even if it is current")
     p.add_argument("--step-region", metavar="NAME",
                    help="region that delimits steps when the trace has no step markers")
+    p.add_argument("--patterns", type=Path, metavar="FILE.toml",
+                   help="name patterns tried before the defaults (format: docs/frameworks.md; "
+                        "analyze patterns RUN shows what each region got)")
     p.add_argument("--db", type=Path, help="database file (default RUN/trace.duckdb)")
     p.set_defaults(command=run)
 
@@ -27,7 +30,8 @@ def run(ns: argparse.Namespace) -> int:
     from analyze import background
     from analyze.tables import database, phases
 
-    paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region)
+    paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
+                           patterns=ns.patterns)
     with duckdb.connect(str(paths.db), read_only=True) as con:
         table = phases.summary(con)
         source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()

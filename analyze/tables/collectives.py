@@ -8,7 +8,9 @@ library require. Waiting time follows Scalasca's patterns:
 - one-to-all (broadcast, scatter; ``Late Broadcast``): non-roots wait for the root's enter;
 - all-to-one (reduce, gather; ``Early Reduce``): the root waits for the last enter.
 
-Waiting is clipped to the rank's own region. Messages: the n-th send from A to B with a given
+Waiting is clipped to the rank's own region. Collectives recognized by name only (the
+temporary ``named_collectives`` rows of :mod:`analyze.tables.named`: no root, so rooted
+operations get no waiting) are matched the same way within their inferred group. Messages: the n-th send from A to B with a given
 communicator and tag matches B's n-th receive from A with them; a receive whose region
 started before the send's region waits for the late sender.
 """
@@ -35,25 +37,33 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
     con.executemany("INSERT INTO op_names VALUES (?, ?)", op_names())
     con.execute(f"""
         INSERT INTO collectives
-        WITH ci AS (
+        WITH rc AS (
+            SELECT rc.location_id, rc.rank, rc.interval_idx, rc.begin_ns, rc.end_ns, o.name AS op,
+                   rc.comm_id, rc.root, rc.bytes_sent, rc.bytes_recv, 'record' AS source
+            FROM raw_collectives rc JOIN op_names o ON o.op = rc.op
+            WHERE o.name NOT IN {NOT_DATA}
+            UNION ALL
+            SELECT location_id, rank, interval_idx, begin_ns, end_ns, op, comm_id, root,
+                   bytes_sent, bytes_recv, 'name' AS source
+            FROM named_collectives
+        ),
+        ci AS (
             -- only the instances that perform a collective: a hash table over the whole
             -- intervals table would need gigabytes at 10^8 events
             SELECT i.location_id, i.idx, i.region_id, i.start_ns, i.end_ns
-            FROM intervals i SEMI JOIN raw_collectives rc
+            FROM intervals i SEMI JOIN rc
               ON rc.location_id = i.location_id AND rc.interval_idx = i.idx
         ),
         c AS (
             SELECT rc.rank, rc.location_id, NOT l.is_main AS is_async,
-                   rc.interval_idx, i.region_id, rc.comm_id, o.name AS op,
+                   rc.interval_idx, i.region_id, rc.comm_id, rc.op,
                    CASE WHEN rc.root < 0 THEN NULL ELSE rc.root END AS root,
                    rc.bytes_sent, rc.bytes_recv,
                    coalesce(i.start_ns, rc.begin_ns) AS enter_ns,
-                   coalesce(i.end_ns, rc.end_ns) AS leave_ns
-            FROM raw_collectives rc
+                   coalesce(i.end_ns, rc.end_ns) AS leave_ns, rc.source
+            FROM rc
             JOIN locations l USING (location_id)
-            JOIN op_names o ON o.op = rc.op
             LEFT JOIN ci i ON i.location_id = rc.location_id AND i.idx = rc.interval_idx
-            WHERE o.name NOT IN {NOT_DATA}
         ),
         s AS (
             SELECT *, row_number() OVER (
@@ -83,7 +93,7 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
                bytes_sent, bytes_recv, enter_ns, leave_ns, last_arrival_ns,
                greatest(0, least(last_arrival_ns, leave_ns) - enter_ns) AS wait_ns,
                leave_ns - enter_ns - greatest(0, least(last_arrival_ns, leave_ns) - enter_ns) AS transfer_ns,
-               ranks_matched
+               ranks_matched, source
         FROM a
         ORDER BY rank, enter_ns
     """)

@@ -25,10 +25,13 @@ from analyze.errors import AnalyzeError
 from analyze.readers import dispatch
 from analyze.readers.columns import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, Definitions, ReadStats
 from analyze.schema import SCHEMA_VERSION, TABLES
+from analyze.tables import pattern_set
 from analyze.tables.collectives import build_collectives, build_p2p
 from analyze.tables.loading import IntervalLoader, Progress, c_stderr_captured, load_columns
+from analyze.tables.named import build_named
+from analyze.tables.pattern_set import PatternSet
 from analyze.tables.phases import build_phases
-from analyze.tables.regions import classify
+from analyze.tables.regions import explain
 from analyze.tables.steps import build_steps
 
 DB_NAME = "trace.duckdb"
@@ -109,14 +112,18 @@ def build(
     step_region: str | None = None,
     chunk_rows: int = 500_000,
     reader: str = "auto",
+    patterns: Path | str | None = None,
 ) -> RunPaths:
     """Make sure ``run``'s database exists and is current; return its paths.
 
     ``reader`` picks the OTF2 reader (auto: native where built, else python); both give the
-    same tables, so it is not part of what makes a database current.
+    same tables, so it is not part of what makes a database current. ``patterns`` is a TOML
+    file of name patterns tried before the defaults (analyze/tables/pattern_set.py); the
+    patterns used, defaults included, are part of what makes a database current.
     """
     paths = resolve(run, db)
-    options = {"step_region": step_region}
+    names = pattern_set.load(patterns)
+    options = {"step_region": step_region, "patterns": names.digest()}
     if not force and is_current(paths, options):
         return paths
     paths.db.parent.mkdir(parents=True, exist_ok=True)
@@ -125,7 +132,7 @@ def build(
     config = _build_config()
     try:
         with duckdb.connect(str(tmp), config=config) as con:
-            _fill(con, paths, chunk_rows, step_region, _signature(paths, options), reader)
+            _fill(con, paths, chunk_rows, step_region, _signature(paths, options), reader, names)
         os.replace(tmp, paths.db)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
@@ -199,19 +206,20 @@ def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
 
 
 def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
-          step_region: str | None, signature: str, reader: str) -> None:
+          step_region: str | None, signature: str, reader: str, names: PatternSet) -> None:
     t0 = time.perf_counter()
     _create_tables(con)
     used, defs, stats = _read(con, paths, chunk_rows, reader)
     read_s = time.perf_counter() - t0
-    _definitions(con, defs)
+    _definitions(con, defs, names)
+    build_named(con)
     build_collectives(con)
     build_p2p(con)
     step_source = build_steps(con, step_region)
     build_phases(con)
     _run_row(con, paths, defs, stats, used)
     _insert(con, BUILD_INFO, [
-        ("signature", signature), ("step_source", step_source),
+        ("signature", signature), ("step_source", step_source), ("patterns", names.origin),
         ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
         ("unmatched_collective_ends", str(stats.unmatched_collective_ends)),
         # where the build's time went (bench/ reads these; not part of the results)
@@ -225,12 +233,20 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> No
         con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
 
 
-def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions) -> None:
+def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: PatternSet) -> None:
     _insert(con, "locations", [
         (x.location_id, x.rank, x.thread, x.name, x.kind, x.is_main, x.events) for x in defs.locations])
-    _insert(con, "regions", [
-        (r.region_id, r.name, r.canonical_name, r.paradigm, r.role,
-         str(classify(r.name, r.paradigm, r.role)), r.source_file, r.begin_line) for r in defs.regions])
+    rows, by_pattern = [], []
+    for r in defs.regions:
+        c = explain(r.name, r.paradigm, r.role, r.canonical_name, names)
+        rows.append((r.region_id, r.name, r.canonical_name, r.paradigm, r.role, str(c.category), r.source_file,
+                     r.begin_line, c.match_name, c.op, str(c.rule), c.pattern.label if c.pattern else None))
+        if c.pattern is not None:
+            by_pattern.append((r.region_id, c.pattern.library, str(c.pattern.kind), c.pattern.blocking))
+    _insert(con, "regions", rows)
+    # what the name-only matching needs of each pattern-classified region (analyze/tables/named.py)
+    con.execute("CREATE TEMP TABLE region_patterns (region_id BIGINT, library VARCHAR, kind VARCHAR, blocking BOOLEAN)")
+    _insert(con, "region_patterns", by_pattern)
     _insert(con, "communicators", [(c.comm_id, c.name, len(c.members), c.members) for c in defs.comms])
 
 
