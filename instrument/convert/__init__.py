@@ -1,0 +1,19 @@
+"""Source-to-source conversion: ``instrument horovodize`` turns a single-process PyTorch,
+Keras or TensorFlow 2 training script into a Horovod one.
+
+Owns the conversion only: reading the script (:mod:`.facts`), deciding what to refuse or warn
+about (:mod:`.checks`), one module of rules per framework (:mod:`.torch_rules`,
+:mod:`.keras_rules`, :mod:`.tf_rules`, with what they share in :mod:`.common_rules`), applying
+the edits so that every untouched byte stays as it was (:mod:`.edits`), and the report
+(:mod:`.report`). The entry a notebook calls is :func:`convert`.
+
+May import libcst and :mod:`instrument.errors` only; nothing here runs or traces a script.
+"""
+
+from __future__ import annotations
+
+from instrument.convert.api import convert
+from instrument.convert.common_rules import Options
+from instrument.convert.report import Applied, Finding, Result
+
+__all__ = ["Applied", "Finding", "Options", "Result", "convert"]
