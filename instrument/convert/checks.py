@@ -305,9 +305,15 @@ def _gradient_names(facts: Facts, scope: cst.CSTNode, tapes: set[str]) -> set[st
                 assigns.append((used_names(node.target), node.value))
 
     scope.visit(V())
+    # the script's functions that compute gradients with a tape and return something
+    makers = {f.name.value for f in facts.functions
+              if any(method_name(c) == "gradient" and root_name(receiver(c)) in tapes for c in facts.calls_in(f))
+              and any(isinstance(r, cst.Return) and r.value is not None and facts.function_of(r) is f
+                      for r in facts.control)}
     for _ in range(5):
         for targets, value in assigns:
-            grads = any(method_name(c) == "gradient" and root_name(receiver(c)) in tapes
+            grads = any((method_name(c) == "gradient" and root_name(receiver(c)) in tapes)
+                        or (isinstance(c.func, cst.Name) and c.func.value in makers)
                         for c in facts.calls_in(value))
             if (grads or used_names(value) & names) and not targets <= names:
                 names |= targets

@@ -87,25 +87,28 @@ class _Apply(cst.CSTTransformer):
         return updated
 
     def leave_Module(self, original_node: cst.Module, updated_node: cst.Module) -> cst.Module:
-        return updated_node.with_changes(body=self._body(original_node.body, updated_node.body))
+        return updated_node.with_changes(body=self._body(original_node.body, updated_node.body, None))
 
     def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
                             updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
-        return updated_node.with_changes(body=self._body(original_node.body, updated_node.body))
+        return updated_node.with_changes(
+            body=self._body(original_node.body, updated_node.body, original_node.indent))
 
-    def _body(self, original: Sequence[cst.BaseStatement],
-              updated: Sequence[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    def _body(self, original: Sequence[cst.BaseStatement], updated: Sequence[cst.BaseStatement],
+              indent: str | None) -> list[cst.BaseStatement]:
+        """A block's statements with the insertions and rank-0 groups; new nested blocks are
+        indented as this block is (``indent``; None: the script's default)."""
         out: list[cst.BaseStatement] = []
         guarded: list[cst.BaseStatement] = []
         for orig, upd in zip(original, updated, strict=True):
-            before = self.plan.before.get(id(orig), [])
-            after = self.plan.after.get(id(orig), [])
+            before = [_indented(s, indent) for s in self.plan.before.get(id(orig), [])]
+            after = [_indented(s, indent) for s in self.plan.after.get(id(orig), [])]
             if before:
                 before, upd = _take_blank_lines(before, upd)
             if id(orig) in self.plan.rank0 and not before:
                 guarded.append(upd)
             else:
-                out.extend(self._guard(guarded))
+                out.extend(self._guard(guarded, indent))
                 guarded = []
                 out.extend(before)
                 if id(orig) in self.plan.rank0:
@@ -113,13 +116,13 @@ class _Apply(cst.CSTTransformer):
                 else:
                     out.append(upd)
             if after:
-                out.extend(self._guard(guarded))
+                out.extend(self._guard(guarded, indent))
                 guarded = []
                 out.extend(after)
-        out.extend(self._guard(guarded))
+        out.extend(self._guard(guarded, indent))
         return out
 
-    def _guard(self, stmts: list[cst.BaseStatement]) -> list[cst.BaseStatement]:
+    def _guard(self, stmts: list[cst.BaseStatement], indent: str | None) -> list[cst.BaseStatement]:
         """``if hvd.rank() == 0:`` around ``stmts``; the first one's comments stay above."""
         if not stmts:
             return []
@@ -131,7 +134,24 @@ class _Apply(cst.CSTTransformer):
                                     config=self.plan.module.config_for_parsing)
         assert isinstance(guard, cst.If)
         return [guard.with_changes(leading_lines=leading,
-                                   body=cst.IndentedBlock(body=body))]
+                                   body=cst.IndentedBlock(body=body, indent=indent))]
+
+
+class _Indent(cst.CSTTransformer):
+    def __init__(self, indent: str | None):
+        super().__init__()
+        self.indent = indent
+
+    def leave_IndentedBlock(self, original_node: cst.IndentedBlock,
+                            updated_node: cst.IndentedBlock) -> cst.IndentedBlock:
+        return updated_node.with_changes(indent=self.indent)
+
+
+def _indented(stmt: cst.BaseStatement, indent: str | None) -> cst.BaseStatement:
+    """A new statement's nested blocks indented like the block it goes into."""
+    out = stmt.visit(_Indent(indent))
+    assert isinstance(out, cst.BaseStatement)
+    return out
 
 
 def _take_blank_lines(before: list[cst.BaseStatement], stmt: cst.BaseStatement

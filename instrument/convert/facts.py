@@ -200,6 +200,25 @@ class Facts:
         node.visit(collector)
         return collector.bound
 
+    def callers_names(self, name: str, site: cst.CSTNode, depth: int = 0) -> list[tuple[str, cst.CSTNode]]:
+        """(name, place) pairs for what ``name`` is where it comes from: itself at ``site``,
+        or, for a parameter of the function holding ``site``, the argument each caller
+        passes (followed up to four calls), with the call."""
+        fn = self.function_of(site)
+        params = [p.name.value for p in fn.params.params] if fn is not None else []
+        if fn is None or name not in params or depth > 3:
+            return [(name, site)]
+        index = params.index(name) - (1 if params[0] == "self" else 0)
+        out = []
+        for call in self.calls:
+            if method_name(call) != fn.name.value:
+                continue
+            arg = argument(call, index, name)
+            value = dotted(arg.value) if arg is not None else None
+            if value:
+                out.extend(self.callers_names(value, call, depth + 1))
+        return out
+
     def function_named(self, name: str) -> cst.FunctionDef | None:
         return next((f for f in self.functions if f.name.value == name), None)
 

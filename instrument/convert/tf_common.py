@@ -14,6 +14,7 @@ from __future__ import annotations
 import libcst as cst
 
 from instrument.convert.common_rules import Context, add_argument, kwarg
+from instrument.convert.edits import appended
 from instrument.convert.facts import argument, dotted, keyword, positional, root_name
 
 # Keras 2.15 / 3 defaults (keras.optimizers.get(name).learning_rate)
@@ -126,7 +127,7 @@ def dataset_sources(ctx: Context, name: str, depth: int = 0) -> list[cst.Call]:
 
 def shard_source(ctx: Context, source: cst.Call, user: str) -> None:
     code = ".batch(hvd.size(), drop_remainder=True).unbatch().shard(hvd.size(), hvd.rank())"
-    ctx.plan.rewrite(source, lambda c: cst.parse_expression(ctx.plan.module.code_for_node(c) + code))
+    ctx.plan.rewrite(source, appended(ctx.plan.module, code))
     ctx.apply("shard_data", source, f"each rank takes every hvd.size()-th element of `{user}`'s source, "
               "the same number on every rank")
 

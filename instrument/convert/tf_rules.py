@@ -59,9 +59,7 @@ def convert(ctx: Context) -> Finding | None:
         ctx.apply("wrap_optimizer", grads[0], f"`{name}` wrapped in hvd.DistributedGradientTape")
     tf_common.pin_gpu(ctx, applies[0])
     bare_lines = {b.line for b in bare}
-    for call in applies:
-        if facts.line(call) not in bare_lines:
-            _broadcast_after_first_step(ctx, call, gradient_calls, ctors)
+    _broadcasts(ctx, [c for c in applies if facts.line(c) not in bare_lines], gradient_calls, ctors)
     _writers(ctx)
     return None
 
@@ -87,44 +85,65 @@ def _is_tf_function(ctx: Context, fn: cst.FunctionDef) -> bool:
     return any((ctx.facts.qname(d.decorator) or "").startswith("tensorflow.function") for d in fn.decorators)
 
 
-def _broadcast_after_first_step(ctx: Context, apply: cst.Call, gradient_calls: list[cst.Call],
-                                ctors: list[cst.Call]) -> None:
+def _broadcasts(ctx: Context, applies: list[cst.Call], gradient_calls: list[cst.Call],
+                ctors: list[cst.Call]) -> None:
+    """One flag-guarded broadcast after each statement that runs a training step, of every
+    model and optimizer that step updates."""
     facts = ctx.facts
-    opt = dotted(receiver(apply))
-    model = None
-    fn = facts.function_of(apply)
-    for g in gradient_calls:
-        if facts.function_of(g) is fn and len(g.args) > 1:
-            v = g.args[1].value
-            if isinstance(v, cst.Attribute) and v.attr.value in ("trainable_variables", "trainable_weights"):
-                model = dotted(v.value)
-    site = _step_site(ctx, apply)
-    stmt = facts.statement_of(site) if site is not None else None
-    if opt is None or model is None or stmt is None or site is None:
-        ctx.cannot_see("no_broadcast", apply, "the first training step is not visible (or the model or "
-                       "optimizer is not a plain name): variables are not broadcast, so every rank must "
-                       "start from the same seed.")
-        return
-    if not _visible(ctx, stmt, model) or not _visible(ctx, stmt, opt):
-        ctx.cannot_see("no_broadcast", site, f"`{model}` or `{opt}` is not visible where the step runs: "
-                       "variables are not broadcast, so every rank must start from the same seed.")
-        return
-    loops = facts.loops_around(stmt)
-    outer = facts.statement_of(loops[-1])
-    if outer is None:
-        return
-    done = facts.fresh("hvd_broadcast_done")
-    ctor = next((c for c in ctors if any(dotted(t.target) == opt for t in _assign_targets(ctx, c))), None)
-    variables = tf_common.optimizer_variables(ctx, opt, ctor)
-    ctx.plan.insert_before(outer, ctx.plan.statements(f"{done} = False\n", None))
-    ctx.plan.insert_after(stmt, ctx.plan.statements(
-        f"if not {done}:\n"
-        f"    hvd.broadcast_variables({model}.variables, root_rank=0)\n"
-        f"    hvd.broadcast_variables({variables}, root_rank=0)\n"
-        f"    {done} = True\n",
-        "Horovod: after the first step (the optimizer's variables exist now), rank 0's variables everywhere"))
-    ctx.apply("broadcast_state", site, f"rank 0's `{model}` and `{opt}` variables broadcast after the first step")
-    _shard_loop_data(ctx, loops[0])
+    groups: dict[int, tuple[cst.CSTNode, cst.BaseStatement, list[str], list[str]]] = {}
+    for apply in applies:
+        opt = dotted(receiver(apply))
+        model = _model_of(ctx, apply, gradient_calls)
+        site = _step_site(ctx, apply)
+        stmt = facts.statement_of(site) if site is not None else None
+        if opt is None or model is None or stmt is None or site is None:
+            ctx.cannot_see("no_broadcast", apply, "the first training step is not visible (or the model or "
+                           "optimizer is not a plain name): variables are not broadcast, so every rank must "
+                           "start from the same seed.")
+            continue
+        if not _visible(ctx, stmt, model) or not _visible(ctx, stmt, opt):
+            ctx.cannot_see("no_broadcast", site, f"`{model}` or `{opt}` is not visible where the step runs: "
+                           "variables are not broadcast, so every rank must start from the same seed.")
+            continue
+        _, _, models, opts = groups.setdefault(id(stmt), (site, stmt, [], []))
+        if model not in models:
+            models.append(model)
+        if opt not in opts:
+            opts.append(opt)
+    for site, stmt, models, opts in groups.values():
+        loops = facts.loops_around(stmt)
+        outer = facts.statement_of(loops[-1])
+        if outer is None:
+            continue
+        done = facts.fresh("hvd_broadcast_done")
+        lines = [f"if not {done}:"]
+        lines += [f"    hvd.broadcast_variables({m}.variables, root_rank=0)" for m in models]
+        for opt in opts:
+            ctor = next((c for c in ctors if any(dotted(t.target) == opt for t in _assign_targets(ctx, c))), None)
+            lines.append(f"    hvd.broadcast_variables({tf_common.optimizer_variables(ctx, opt, ctor)}, root_rank=0)")
+        lines.append(f"    {done} = True")
+        ctx.plan.insert_before(outer, ctx.plan.statements(f"{done} = False\n", None))
+        ctx.plan.insert_after(stmt, ctx.plan.statements(
+            "\n".join(lines) + "\n",
+            "Horovod: after the first step (the optimizer's variables exist now), rank 0's variables everywhere"))
+        ctx.apply("broadcast_state", site, f"rank 0's variables of {', '.join(f'`{n}`' for n in models + opts)} "
+                  "broadcast after the first step")
+        _shard_loop_data(ctx, loops[0])
+
+
+def _model_of(ctx: Context, apply: cst.Call, gradient_calls: list[cst.Call]) -> str | None:
+    """``model`` of ``apply_gradients(zip(grads, model.trainable_variables))``, else of the
+    variables the tape differentiates in the same function."""
+    candidates: list[cst.BaseExpression] = []
+    if apply.args and isinstance(apply.args[0].value, cst.Call) and len(apply.args[0].value.args) > 1:
+        candidates.append(apply.args[0].value.args[1].value)
+    fn = ctx.facts.function_of(apply)
+    candidates += [g.args[1].value for g in gradient_calls
+                   if ctx.facts.function_of(g) is fn and len(g.args) > 1]
+    for v in candidates:
+        if isinstance(v, cst.Attribute) and v.attr.value in ("trainable_variables", "trainable_weights"):
+            return dotted(v.value)
+    return None
 
 
 def _assign_targets(ctx: Context, call: cst.Call) -> list[cst.AssignTarget]:
@@ -176,25 +195,25 @@ def _shard_loop_data(ctx: Context, loop: cst.For | cst.While) -> None:
     while isinstance(it, cst.Call) and it.args and root_name(it.func) in _UNWRAP:
         it = it.args[0].value
     name = root_name(it)
-    sources = tf_common.dataset_sources(ctx, name) if name else []
+    sources: list[cst.Call] = []
+    for n, _ in facts.callers_names(name, loop) if name else []:
+        sources += tf_common.dataset_sources(ctx, n)
     if not sources:
         ctx.cannot_see("unsharded_input", loop, f"`{facts.code(loop.iter)}` is not a tf.data pipeline the "
                        "converter can see: not sharded, so every rank trains on all of it.")
         return
-    if ctx.options.keras_data == "steps":
-        ctx.plan.rewrite(loop.iter, lambda v: cst.parse_expression(
-            f"{ctx.plan.module.code_for_node(v)}.take(len({name}) // hvd.size())"
-            if isinstance(v, cst.Name) else ctx.plan.module.code_for_node(v)))
+    if ctx.options.keras_data == "steps" and isinstance(loop.iter, cst.Name):
+        ctx.plan.rewrite(loop.iter, appended(ctx.plan.module, f".take(len({name}) // hvd.size())"))
         ctx.apply("shard_data", loop, f"each rank runs len({name}) // hvd.size() steps per epoch")
         return
     for s in sources:
         tf_common.shard_source(ctx, s, name or "")
     for other in facts.loops:
         if isinstance(other, cst.For) and other is not loop:
-            n = root_name(other.iter)
-            if n and n != name and tf_common.dataset_sources(ctx, n):
-                ctx.cannot_see("eval_not_sharded", other, f"`{n}` is not a training dataset: every rank "
-                               "evaluates all of it, so its metrics are the same on every rank.")
+            other_name = root_name(other.iter)
+            if other_name and other_name != name and tf_common.dataset_sources(ctx, other_name):
+                ctx.cannot_see("eval_not_sharded", other, f"`{other_name}` is not a training dataset: every "
+                               "rank evaluates all of it, so its metrics are the same on every rank.")
 
 
 def _writers(ctx: Context) -> None:

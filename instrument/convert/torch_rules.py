@@ -301,28 +301,7 @@ def _training_sites(ctx: Context) -> list[tuple[str, cst.CSTNode]]:
         name = _iterable_name(ctx, loop.iter)
         if not name:
             continue
-        out.extend(_resolve(ctx, name, loop, depth=0))
-    return out
-
-
-def _resolve(ctx: Context, name: str, site: cst.CSTNode, depth: int) -> list[tuple[str, cst.CSTNode]]:
-    """Follow a function parameter to the arguments its callers pass."""
-    facts = ctx.facts
-    fn = facts.function_of(site)
-    params = [p.name.value for p in fn.params.params] if fn is not None else []
-    if fn is None or name not in params or depth > 3:
-        return [(name, site)]
-    index = params.index(name)
-    if params and params[0] == "self":
-        index -= 1
-    out = []
-    for call in facts.calls:
-        if method_name(call) != fn.name.value:
-            continue
-        arg = argument(call, index, name)
-        value = dotted(arg.value) if arg is not None else None
-        if value:
-            out.extend(_resolve(ctx, value, call, depth + 1))
+        out.extend(ctx.facts.callers_names(name, loop))
     return out
 
 
@@ -445,7 +424,7 @@ def _set_epoch(ctx: Context, target: str | None, sites: list[cst.CSTNode]) -> No
                            f"`{target}.sampler.set_epoch(epoch)` is not called, so every epoch "
                            "shuffles the same way.")
             continue
-        # ``target`` is the loader's name where the epoch loop is (_resolve followed it there)
+        # ``target`` is the loader's name where the epoch loop is (callers_names followed it there)
         first = loop.body.body[0]
         code = f"{target}.sampler.set_epoch({loop.target.value})"
         ctx.plan.insert_before(first, ctx.plan.statements(code + "\n"))
