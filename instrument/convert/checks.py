@@ -283,7 +283,9 @@ def bare_apply_gradients(facts: Facts, tapes: set[str], skip: set[int]) -> list[
         scope = facts.function_of(call) or facts.module
         if id(scope) not in flows:
             flows[id(scope)] = _gradient_names(facts, scope, tapes)
-        if not used_names(call.args[0].value) & flows[id(scope)]:
+        direct = any(method_name(c) == "gradient" and root_name(receiver(c)) in tapes
+                     for c in facts.calls_in(call.args[0].value))
+        if not direct and not used_names(call.args[0].value) & flows[id(scope)]:
             out.append(Finding("bare_apply_gradients", facts.line(call),
                                f"`{_short(facts.code(call))}` applies gradients that no "
                                "GradientTape computed here, so Horovod does not average them "

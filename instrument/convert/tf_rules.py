@@ -54,6 +54,16 @@ def convert(ctx: Context) -> Finding | None:
             ctx.cannot_see("tape_unused", w, f"`{name}.gradient(...)` not found: the tape is not wrapped.")
             continue
         gradient_calls.append(grads[0])
+        if any(a is w for a in facts.ancestors(stmt)):
+            # gradient() inside the tape's own block: Horovod's wrapper cannot be made there
+            # (its gradient() would run on a tape still recording), so the block opens it
+            item = next(i for i in w.items if isinstance(i.asname, cst.AsName)
+                        and isinstance(i.asname.name, cst.Name) and i.asname.name.value == name)
+            ctx.plan.rewrite(item.item, lambda v: cst.parse_expression(
+                f"hvd.DistributedGradientTape({ctx.plan.module.code_for_node(v)})"))
+            ctx.apply("wrap_optimizer", w, f"`{name}` opened as hvd.DistributedGradientTape (its gradient() "
+                      "is inside the block)")
+            continue
         ctx.plan.insert_before(stmt, ctx.plan.statements(
             f"{name} = hvd.DistributedGradientTape({name})\n", "Horovod: average the gradients across ranks"))
         ctx.apply("wrap_optimizer", grads[0], f"`{name}` wrapped in hvd.DistributedGradientTape")
@@ -91,17 +101,21 @@ def _broadcasts(ctx: Context, applies: list[cst.Call], gradient_calls: list[cst.
     model and optimizer that step updates."""
     facts = ctx.facts
     groups: dict[int, tuple[cst.CSTNode, cst.BaseStatement, list[str], list[str]]] = {}
+    sharded: set[int] = set()
     for apply in applies:
         opt = dotted(receiver(apply))
         model = _model_of(ctx, apply, gradient_calls)
         site = _step_site(ctx, apply)
         stmt = facts.statement_of(site) if site is not None else None
+        if stmt is not None and id(facts.loops_around(stmt)[0]) not in sharded:
+            sharded.add(id(facts.loops_around(stmt)[0]))
+            _shard_loop_data(ctx, facts.loops_around(stmt)[0])
         if opt is None or model is None or stmt is None or site is None:
             ctx.cannot_see("no_broadcast", apply, "the first training step is not visible (or the model or "
                            "optimizer is not a plain name): variables are not broadcast, so every rank must "
                            "start from the same seed.")
             continue
-        if not _visible(ctx, stmt, model) or not _visible(ctx, stmt, opt):
+        if not _visible(ctx, stmt, model, apply) or not _visible(ctx, stmt, opt, apply):
             ctx.cannot_see("no_broadcast", site, f"`{model}` or `{opt}` is not visible where the step runs: "
                            "variables are not broadcast, so every rank must start from the same seed.")
             continue
@@ -128,7 +142,6 @@ def _broadcasts(ctx: Context, applies: list[cst.Call], gradient_calls: list[cst.
             "Horovod: after the first step (the optimizer's variables exist now), rank 0's variables everywhere"))
         ctx.apply("broadcast_state", site, f"rank 0's variables of {', '.join(f'`{n}`' for n in models + opts)} "
                   "broadcast after the first step")
-        _shard_loop_data(ctx, loops[0])
 
 
 def _model_of(ctx: Context, apply: cst.Call, gradient_calls: list[cst.Call]) -> str | None:
@@ -151,16 +164,24 @@ def _assign_targets(ctx: Context, call: cst.Call) -> list[cst.AssignTarget]:
     return list(parent.targets) if isinstance(parent, cst.Assign) else []
 
 
-def _visible(ctx: Context, stmt: cst.CSTNode, dotted_name: str) -> bool:
-    """Is the first name of ``dotted_name`` bound where ``stmt`` runs (its function or the
-    module)?"""
+def _visible(ctx: Context, stmt: cst.CSTNode, dotted_name: str, used_at: cst.CSTNode) -> bool:
+    """Is the first name of ``dotted_name`` (used at ``used_at``) bound where ``stmt`` runs:
+    in its function, at module level, or as a global of a module-level step function?"""
+    facts = ctx.facts
     root = dotted_name.split(".")[0]
-    fn = ctx.facts.function_of(stmt)
-    if root in _module_names(ctx):
+    fn = facts.function_of(stmt)
+    if fn is not None and (root in _params(fn) or root in _assigned_in(fn)):
         return True
-    if fn is None:
-        return False
-    return root in {p.name.value for p in fn.params.params} or root in _assigned_in(fn)
+    if root == "self" or root in _module_names(ctx):
+        return root != "self"
+    step = facts.function_of(used_at)
+    return (step is not None and facts.function_of(step) is None and not any(
+        isinstance(a, cst.ClassDef) for a in facts.ancestors(step))
+        and root not in _params(step) and root not in _assigned_in(step))
+
+
+def _params(fn: cst.FunctionDef) -> set[str]:
+    return {p.name.value for p in (*fn.params.params, *fn.params.kwonly_params, *fn.params.posonly_params)}
 
 
 def _module_names(ctx: Context) -> set[str]:

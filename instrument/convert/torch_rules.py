@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from instrument.convert.checks import used_names
 from instrument.convert.common_rules import Context, add_argument, kwarg
 from instrument.convert.edits import replaced_by
 from instrument.convert.facts import (
@@ -126,12 +127,23 @@ def _assigned(ctx: Context, call: cst.Call) -> tuple[cst.SimpleStatementLine | N
     return None, None
 
 
+_MODULE_METHODS = {"parameters", "named_parameters", "state_dict", "train", "eval", "to", "cuda", "zero_grad"}
+
+
 def _model_of(ctx: Context, call: cst.Call) -> str | None:
-    """The module whose parameters the optimizer gets (``model`` of ``model.parameters()``)."""
+    """The module whose parameters the optimizer gets (``model`` of ``model.parameters()``;
+    for a factory of the script's own, ``model`` of ``make_optimizer(model)`` when the script
+    uses ``model`` as a module)."""
     arg = argument(call, 0, "params")
     if arg is None:
         return None
-    return _params_owner(ctx, arg.value, depth=0)
+    owner = _params_owner(ctx, arg.value, depth=0)
+    name = dotted(arg.value)
+    if owner is None and name and not (ctx.facts.qname(call) or "").startswith("torch.optim."):
+        used = any(dotted(receiver(c)) == name and method_name(c) in _MODULE_METHODS or dotted(c.func) == name
+                   for c in ctx.facts.calls)
+        owner = name if used else None
+    return owner
 
 
 def _params_owner(ctx: Context, expr: cst.BaseExpression, depth: int) -> str | None:
@@ -146,12 +158,12 @@ def _params_owner(ctx: Context, expr: cst.BaseExpression, depth: int) -> str | N
                 break
             common.append(group[0])
         return ".".join(common) or None
-    name = dotted(expr)
-    if name and depth < 3:  # params = [p for p in model.parameters() if ...]
-        for stmt_call in _assignments(ctx, name):
-            owner = _params_owner(ctx, stmt_call, depth + 1)
-            if owner:
-                return owner
+    if depth < 3:  # params = [p for p in model.parameters() if ...]; [{"params": params}, ...]
+        for name in sorted(used_names(expr)):
+            for value in _assignments(ctx, name):
+                owner = _params_owner(ctx, value, depth + 1)
+                if owner:
+                    return owner
     return None
 
 
@@ -267,11 +279,22 @@ def pin_device(ctx: Context) -> None:
         elif (m == "cuda" or name == "torch.cuda.set_device") and call.args and _is_zero(call.args[0].value):
             ctx.plan.rewrite(call.args[0].value, lambda _n: cst.parse_expression("hvd.local_rank()"))
             ctx.apply("pin_device", call, "device 0 -> hvd.local_rank()")
-        for a in call.args:
-            if isinstance(a.value, cst.SimpleString) and a.value.evaluated_value == "cuda:0":
-                local = cst.parse_expression(f"f{a.value.quote}cuda:{{hvd.local_rank()}}{a.value.quote}")
-                ctx.plan.rewrite(a.value, replaced_by(local))
-                ctx.apply("pin_device", call, "\"cuda:0\" -> the local rank's GPU")
+    for string in _strings(facts.module):
+        if string.evaluated_value == "cuda:0":
+            local = cst.parse_expression(f"f{string.quote}cuda:{{hvd.local_rank()}}{string.quote}")
+            ctx.plan.rewrite(string, replaced_by(local))
+            ctx.apply("pin_device", string, "\"cuda:0\" -> the local rank's GPU")
+
+
+def _strings(module: cst.Module) -> list[cst.SimpleString]:
+    found: list[cst.SimpleString] = []
+
+    class V(cst.CSTVisitor):
+        def visit_SimpleString(self, node: cst.SimpleString) -> None:
+            found.append(node)
+
+    module.visit(V())
+    return found
 
 
 def _cuda_string(node: cst.BaseExpression) -> bool:
