@@ -35,13 +35,13 @@ loader = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 2)),
 x = [1,
   2,   3]  ;  y = {'a':1}
 for epoch in range( 2 ) :   # odd spacing
-	for xb, yb in loader:
-		opt.zero_grad()
-		loss = ((model(xb) - yb) ** 2).mean()   # mse
-		loss.backward() ;
-		opt.step()
-		print( 'loss' ,
-		       loss.item() )   # continuation of a tab-indented line
+\tfor xb, yb in loader:
+\t\topt.zero_grad()
+\t\tloss = ((model(xb) - yb) ** 2).mean()   # mse
+\t\tloss.backward() ;
+\t\topt.step()
+\t\tprint( 'loss' ,
+\t\t       loss.item() )   # continuation of a tab-indented line
 if True: pass  # one-line suite
 '''
 
