@@ -55,6 +55,7 @@ def convert(source: str, *, filename: str = "train.py", options: Options | None 
         return _refused(source, filename, framework, refusal)
     rank0_output(ctx)
     ctx.warnings += checks.downloads(facts)
+    ctx.unseen += checks.unseeded_shuffles(facts)
     add_init(ctx)
     output = ctx.plan.apply().code
     warnings = sorted(ctx.warnings, key=lambda w: w.line or 0)

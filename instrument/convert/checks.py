@@ -175,7 +175,9 @@ class Flow:
                 return True
             if m == "step" and "opt" in (root_name(receiver(call)) or "").lower() + _last(call):
                 return True
-            if isinstance(call.func, cst.Name) and call.func.value in self.trains:
+            if (isinstance(call.func, cst.Name) and call.func.value in self.trains) or (
+                    m in self.trains and isinstance(call.func, cst.Attribute)
+                    and isinstance(call.func.value, cst.Name) and call.func.value.value == "self"):
                 return True
         return False
 
@@ -333,3 +335,24 @@ def _is_none(node: cst.BaseExpression) -> bool:
 def _short(code: str, limit: int = 60) -> str:
     code = " ".join(code.split())
     return code if len(code) <= limit else code[: limit - 3] + "..."
+
+
+_SEEDS = ("numpy.random.seed", "random.seed", "torch.manual_seed", "tensorflow.random.set_seed",
+          "keras.utils.set_random_seed", "tensorflow.keras.utils.set_random_seed", "tensorflow.set_random_seed")
+_SHUFFLES = ("numpy.random.permutation", "numpy.random.shuffle", "random.shuffle")
+
+
+def unseeded_shuffles(facts: Facts) -> list[Finding]:
+    """Data shuffled before it is split across ranks, with no seed: each rank draws its own
+    order, so the shards overlap and some samples are never seen."""
+    if any((facts.qname(c) or "") in _SEEDS for c in facts.calls):
+        return []
+    out = []
+    for call in facts.calls:
+        name = facts.qname(call) or ""
+        if name in _SHUFFLES or (name == "sklearn.model_selection.train_test_split"
+                                 and keyword(call, "random_state") is None):
+            out.append(Finding("unseeded_shuffle", facts.line(call),
+                               f"`{_short(facts.code(call))}` shuffles without a seed, so each rank gets "
+                               "another order and the shards overlap: seed it the same on every rank."))
+    return out

@@ -194,9 +194,8 @@ def _repeating_functions(ctx: Context) -> set[int]:
         for fn in facts.functions:
             if id(fn) in out:
                 continue
-            for call in facts.calls:
-                if method_name(call) == fn.name.value and (
-                        facts.loops_around(call) or id(facts.function_of(call)) in out):
+            for call in facts.calls_of(fn):
+                if facts.loops_around(call) or id(facts.function_of(call)) in out:
                     out.add(id(fn))
                     break
     return out

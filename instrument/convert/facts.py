@@ -210,14 +210,22 @@ class Facts:
             return [(name, site)]
         index = params.index(name) - (1 if params[0] == "self" else 0)
         out = []
-        for call in self.calls:
-            if method_name(call) != fn.name.value:
-                continue
+        for call in self.calls_of(fn):
             arg = argument(call, index, name)
             value = dotted(arg.value) if arg is not None else None
             if value:
                 out.extend(self.callers_names(value, call, depth + 1))
         return out
+
+    def calls_of(self, fn: cst.FunctionDef) -> list[cst.Call]:
+        """The calls of the script's function ``fn``: ``f(...)``, and ``self.f(...)`` for a
+        method (``model.train()`` is not a call of a function named ``train``)."""
+        method = any(isinstance(a, cst.ClassDef) for a in self.ancestors(fn))
+        name = fn.name.value
+        return [c for c in self.calls
+                if (isinstance(c.func, cst.Name) and c.func.value == name and not method)
+                or (method and isinstance(c.func, cst.Attribute) and c.func.attr.value == name
+                    and isinstance(c.func.value, cst.Name) and c.func.value.value == "self")]
 
     def function_named(self, name: str) -> cst.FunctionDef | None:
         return next((f for f in self.functions if f.name.value == name), None)

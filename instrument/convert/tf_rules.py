@@ -83,8 +83,8 @@ def _step_site(ctx: Context, call: cst.CSTNode, depth: int = 0) -> cst.CSTNode |
         return call
     if fn is None or depth > 3:
         return None
-    for site in facts.calls:
-        if method_name(site) == fn.name.value and facts.function_of(site) is not fn:
+    for site in facts.calls_of(fn):
+        if facts.function_of(site) is not fn:
             found = _step_site(ctx, site, depth + 1)
             if found is not None:
                 return found

@@ -338,8 +338,8 @@ def _epoch_loop(ctx: Context, site: cst.CSTNode, depth: int = 0) -> tuple[cst.Fo
     fn = facts.function_of(site)
     if fn is None or depth > 3:
         return None
-    for call in facts.calls:
-        if method_name(call) == fn.name.value and call is not site:
+    for call in facts.calls_of(fn):
+        if call is not site:
             found = _epoch_loop(ctx, call, depth + 1)
             if found:
                 return found
