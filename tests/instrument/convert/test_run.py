@@ -113,3 +113,20 @@ def test_run_json_records_the_conversion(runs: Runs) -> None:
     assert hvd["diff"].startswith("--- ") and "+hvd.init()  # added by instrument horovodize" in hvd["diff"]
     assert hvd["report"]["status"] == "converted" and "wrap_optimizer" in hvd["report"]["rules"]
     assert info["status"] == "ok" and info["framework"].startswith("horovod")
+
+
+def test_horovodrun_runs_the_converted_script_too(tmp_path: Path) -> None:
+    """``--launcher horovodrun`` instead of ours: the same conversion trains the same way."""
+    script = str((SCRIPTS / FRAMEWORKS["pytorch"]).relative_to(ROOT))
+    checkpoints = tmp_path / "checkpoints"
+    checkpoints.mkdir()
+    run = instrument_run(tmp_path, "--launcher", "horovodrun", "-np", "2", "--horovodize", script,
+                         "--checkpoint-dir", str(checkpoints), name="hr")
+    assert run.proc.returncode == 0, run.output
+    # horovodrun prefixes each rank's lines with [rank]<stdout>:
+    per_rank = {r: "\n".join(line.split(":", 1)[1] for line in run.output.splitlines()
+                             if f"[{r}]<stdout>:" in line) for r in (0, 1)}
+    assert value(per_rank[0], "parameters sha256") == value(per_rank[1], "parameters sha256")
+    assert [int(value(per_rank[r], "samples seen")) for r in (0, 1)] == [128, 128]
+    assert len(list(checkpoints.iterdir())) == 1
+    assert [r["steps"] for r in run.info["rank_info"]] == [8, 8]  # 4 steps per epoch on each rank
