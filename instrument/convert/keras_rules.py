@@ -31,6 +31,12 @@ def convert(ctx: Context) -> Finding | None:
     if not compiles:
         return Finding("no_optimizer", None, "no model.compile(...) found, so there is no optimizer to "
                        "average gradients with.")
+    for call in compiles:
+        jit = keyword(call, "jit_compile")
+        if jit is not None and not (isinstance(jit.value, cst.Name) and jit.value.value in ("False", "None")):
+            ctx.cannot_see("jit_compile", call, "compile(jit_compile=...) has XLA compile the training "
+                           "step, allreduce included, which Horovod supports only experimentally "
+                           "(HOROVOD_ENABLE_XLA_OPS=1): drop it if fit fails.")
     if len(compiles) > 1:
         ctx.warn("several_optimizers", compiles[1], f"{len(compiles)} models are compiled (a GAN?): each "
                  "optimizer is wrapped; check that every rank runs the same training steps in the same order.")
@@ -161,7 +167,8 @@ def _split_data(ctx: Context, call: cst.Call) -> None:
         ctx.cannot_see("no_data", call, "fit's data is not visible: not split across ranks.")
         return
     name = dotted(x.value)
-    sources = tf_common.dataset_sources(ctx, name) if name else []
+    sources = [src for n, _ in (facts.callers_names(name, call) if name else [])
+               for src in tf_common.dataset_sources(ctx, n)]
     y = argument(call, 1, "y")
     steps = keyword(call, "steps_per_epoch")
     if ctx.options.keras_data == "steps" or (not sources and y is None and steps is not None):
