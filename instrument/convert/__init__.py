@@ -2,10 +2,11 @@
 Keras or TensorFlow 2 training script into a Horovod one.
 
 Owns the conversion only: reading the script (:mod:`.facts`), deciding what to refuse or warn
-about (:mod:`.checks`), one module of rules per framework (:mod:`.torch_rules`,
-:mod:`.keras_rules`, :mod:`.tf_rules`, with what they share in :mod:`.common_rules`), applying
-the edits so that every untouched byte stays as it was (:mod:`.edits`), and the report
-(:mod:`.report`). The entry a notebook calls is :func:`convert`.
+about (:mod:`.detect`, :mod:`.checks`), the rules per framework (:mod:`.torch_rules` and
+:mod:`.torch_data`, :mod:`.keras_rules`, :mod:`.tf_rules` and :mod:`.tf_common`, what all
+share in :mod:`.common_rules`), applying the edits so that every untouched byte stays as it
+was (:mod:`.edits`), and the report (:mod:`.report`). The entry a notebook calls is
+:func:`convert` (:mod:`.api`).
 
 May import libcst and :mod:`instrument.errors` only; nothing here runs or traces a script.
 """

@@ -12,7 +12,7 @@ import re
 
 import libcst as cst
 
-from instrument.convert.facts import Facts, method_name
+from instrument.convert.facts import Facts, dotted, method_name
 from instrument.convert.report import Finding
 
 MARK = "instrument horovodize"
@@ -63,8 +63,6 @@ def distributed(facts: Facts) -> Finding | None:
 
 
 def _imported_names(imp: cst.Import | cst.ImportFrom) -> list[str]:
-    from instrument.convert.facts import dotted
-
     if isinstance(imp, cst.Import):
         return [n for n in (dotted(a.name) for a in imp.names) if n]
     base = dotted(imp.module) if imp.module is not None and not imp.relative else None

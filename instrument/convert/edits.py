@@ -51,9 +51,6 @@ class Plan:
     def on_rank0(self, stmt: cst.BaseStatement) -> None:
         self.rank0.add(id(stmt))
 
-    def is_empty(self) -> bool:
-        return not (self.replace or self.before or self.after or self.rank0)
-
     # -- building new code ---------------------------------------------------------------
     def statements(self, code: str, comment: str | None = None) -> list[cst.BaseStatement]:
         """``code`` parsed as statements in the script's own indentation and line endings,
@@ -63,9 +60,6 @@ class Plan:
             line = cst.EmptyLine(comment=cst.Comment(f"# {comment}"))
             body[0] = body[0].with_changes(leading_lines=[line])
         return body
-
-    def expression(self, code: str) -> cst.BaseExpression:
-        return cst.parse_expression(code, config=self.module.config_for_parsing)
 
     # -- applying ------------------------------------------------------------------------
     def apply(self) -> cst.Module:

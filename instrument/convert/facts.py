@@ -168,10 +168,6 @@ class Facts:
             child = a
         return None
 
-    def block_of(self, stmt: cst.BaseStatement) -> cst.Module | cst.IndentedBlock | None:
-        p = self.parent(stmt)
-        return p if isinstance(p, cst.Module | cst.IndentedBlock) else None
-
     # -- what things are -----------------------------------------------------------------
     def qname(self, node: cst.CSTNode) -> str | None:
         """The library name a call, name or attribute resolves to through the imports
@@ -181,24 +177,11 @@ class Facts:
         imported = sorted(q.name for q in names if q.source is QualifiedNameSource.IMPORT)
         return normalize(imported[0]) if imported else None
 
-    def local_name(self, node: cst.CSTNode) -> str | None:
-        """The name of the script's own function or class a call resolves to."""
-        target = node.func if isinstance(node, cst.Call) else node
-        names = _value(self._qnames.get(target, set()))
-        local = [q.name for q in names if q.source is QualifiedNameSource.LOCAL]
-        return local[0] if local else None
-
     def calls_in(self, node: cst.CSTNode) -> list[cst.Call]:
         """The calls inside ``node`` (``node`` itself too), in source order."""
         collector = _Collector()
         node.visit(collector)
         return collector.calls
-
-    def names_in(self, node: cst.CSTNode) -> set[str]:
-        """Every name used inside ``node``."""
-        collector = _Collector()
-        node.visit(collector)
-        return collector.bound
 
     def callers_names(self, name: str, site: cst.CSTNode, depth: int = 0) -> list[tuple[str, cst.CSTNode]]:
         """(name, place) pairs for what ``name`` is where it comes from: itself at ``site``,
@@ -227,9 +210,6 @@ class Facts:
                 or (method and isinstance(c.func, cst.Attribute) and c.func.attr.value == name
                     and isinstance(c.func.value, cst.Name) and c.func.value.value == "self")]
 
-    def function_named(self, name: str) -> cst.FunctionDef | None:
-        return next((f for f in self.functions if f.name.value == name), None)
-
     def imported_roots(self) -> set[str]:
         """Top-level packages the script imports (``torch``, ``tensorflow``, ``keras`` ...)."""
         out: set[str] = set()
@@ -243,19 +223,6 @@ class Facts:
                 name = dotted(imp.module)
                 if name:
                     out.add(name.split(".")[0])
-        return out
-
-    def imported_modules(self) -> set[str]:
-        """Every module named in an import (``torch.distributed``, ``horovod.torch``)."""
-        out: set[str] = set()
-        for imp in self.imports:
-            if isinstance(imp, cst.Import):
-                out.update(n for n in (dotted(a.name) for a in imp.names) if n)
-            elif imp.module is not None and not imp.relative:
-                base = dotted(imp.module) or ""
-                out.add(base)
-                if not isinstance(imp.names, cst.ImportStar):
-                    out.update(f"{base}.{a.name.value}" for a in imp.names if isinstance(a.name, cst.Name))
         return out
 
     def local_alias(self, module: str) -> str | None:
