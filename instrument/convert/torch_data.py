@@ -94,7 +94,7 @@ def shard_loaders(ctx: Context) -> None:
                            "evaluates all of it, so its metrics are already global and the same on every rank.")
     for call, target in chosen:
         if _shard(ctx, call, target):
-            _set_epoch(ctx, target, [s for n, s in sites if n == target])
+            _set_epoch(ctx, call, target, [s for n, s in sites if n == target])
 
 
 def _shard(ctx: Context, call: cst.Call, target: str | None) -> bool:
@@ -147,7 +147,9 @@ def _shard(ctx: Context, call: cst.Call, target: str | None) -> bool:
     return True
 
 
-def _set_epoch(ctx: Context, target: str | None, sites: list[cst.CSTNode]) -> None:
+def _set_epoch(ctx: Context, loader: cst.Call, target: str | None, sites: list[cst.CSTNode]) -> None:
+    """``target.sampler.set_epoch(epoch)`` first in the epoch loop, or right after the loader
+    is made when that happens inside the loop."""
     if not target:
         return
     done: set[int] = set()
@@ -166,7 +168,10 @@ def _set_epoch(ctx: Context, target: str | None, sites: list[cst.CSTNode]) -> No
                            "shuffles the same way.")
             continue
         # ``target`` is the loader's name where the epoch loop is (callers_names followed it there)
-        first = loop.body.body[0]
         code = f"{target}.sampler.set_epoch({loop.target.value})"
-        ctx.plan.insert_before(first, ctx.plan.statements(code + "\n"))
+        made = ctx.facts.statement_of(loader)
+        if made is not None and any(a is loop for a in ctx.facts.ancestors(made)):
+            ctx.plan.insert_after(made, ctx.plan.statements(code + "\n"))
+        else:
+            ctx.plan.insert_before(loop.body.body[0], ctx.plan.statements(code + "\n"))
         ctx.apply("shard_data", loop, f"`{code}` each epoch")

@@ -254,3 +254,21 @@ def test_a_loader_with_its_own_sampler_is_left_and_reported() -> None:
     """)
     assert "shard_data" not in r.rules()
     assert [(u.code, u.line) for u in r.unseen if u.code == "custom_sampler"] == [("custom_sampler", 5)]
+
+
+def test_a_loader_made_each_epoch_gets_set_epoch_after_it_is_made() -> None:
+    r = conv("""
+        import torch
+        from torch.utils.data import DataLoader
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for epoch in range(3):
+            loader = DataLoader(ds, batch_size=4, shuffle=True)
+            for x, y in loader:
+                opt.zero_grad()
+                model(x).sum().backward()
+                opt.step()
+    """)
+    lines = r.output.splitlines()
+    made = next(i for i, line in enumerate(lines) if line.startswith("    loader = DataLoader("))
+    assert lines[made + 1] == "    loader.sampler.set_epoch(epoch)"
