@@ -129,7 +129,7 @@ REGIONS = _t(
     ("begin_line", "INTEGER", "first source line, if recorded"),
     ("match_name", "VARCHAR", "the name patterns are matched against: the demangled canonical "
      "name without return type and parameters (docs/frameworks.md)"),
-    ("op", "VARCHAR", "operation the matching pattern names (allreduce, bcast, send, ...); for a "
+    ("pattern_op", "VARCHAR", "operation the matching pattern names (allreduce, bcast, send, ...); for a "
      "wait whose pattern names none, the one operation all of its library's outermost "
      "non-blocking starts in the trace perform; NULL otherwise"),
     ("rule", "VARCHAR", "Rule: why the region got its category (marker, measurement, paradigm, "

@@ -19,7 +19,7 @@ members the ranks that have such instances), bytes and root unknown (NULL).
 
 A wait whose pattern names no operation (``Al::Wait``, ``hvd.synchronize``) completes what
 the library started without blocking: when all outermost non-blocking starts of the library
-in the trace perform one operation, the wait's region gets it as ``regions.op`` (so the wait
+in the trace perform one operation, the wait's region gets it as ``regions.pattern_op`` (so the wait
 of an ``nb_allreduce`` counts as allreduce time).
 """
 
@@ -59,7 +59,7 @@ def build_named(con: duckdb.DuckDBPyConnection) -> None:
         WITH rec AS (SELECT DISTINCT location_id, interval_idx AS idx FROM raw_collectives
                      WHERE op NOT IN {_not_data()})
         SELECT i.location_id, i.rank, i.idx, i.depth, i.start_ns, i.end_ns, i.region_id,
-               rec.idx IS NOT NULL AS has_record, rp.library, rp.kind, rp.blocking, r.op
+               rec.idx IS NOT NULL AS has_record, rp.library, rp.kind, rp.blocking, r.pattern_op AS op
         FROM intervals i JOIN regions r USING (region_id)
         LEFT JOIN rec ON rec.location_id = i.location_id AND rec.idx = i.idx
         LEFT JOIN region_patterns rp ON rp.region_id = i.region_id
@@ -102,13 +102,13 @@ def build_named(con: duckdb.DuckDBPyConnection) -> None:
               AND blocking AND NOT encloses_record
         """, {"id": comm_id, "lib": library})
     con.execute(f"""
-        UPDATE regions SET op = s.op
+        UPDATE regions SET pattern_op = s.op
         FROM (SELECT library, any_value(op) AS op FROM named_outer
               WHERE NOT blocking AND kind <> '{Kind.WAIT}' AND op IS NOT NULL
               GROUP BY library HAVING count(DISTINCT op) = 1) s,
              region_patterns rp
         WHERE rp.region_id = regions.region_id AND rp.library = s.library AND rp.kind = '{Kind.WAIT}'
-          AND regions.op IS NULL
+          AND regions.pattern_op IS NULL
     """)
     con.execute("DROP TABLE comm_iv")
     con.execute("DROP TABLE named_outer")

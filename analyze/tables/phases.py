@@ -158,13 +158,13 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
                  WHEN r.category = '{Category.COLLECTIVE}'
                       -- the collective's op decides (a record's, or a name pattern's);
                       -- regions without either go by name
-                      AND coalesce(o.op = 'allreduce', r.op = 'allreduce',
+                      AND coalesce(o.op = 'allreduce', r.pattern_op = 'allreduce',
                                    lower(replace(r.name, '_', '')) LIKE '%allreduce%')
                    THEN {SYNC_ALLREDUCE}
                  WHEN r.category IN {comm} THEN {SYNC_OTHER}
                  WHEN r.category IN {listed(Category.OVERHEAD, Category.RUNTIME)} THEN {OTHER}
                  WHEN r.category = '{Category.WAIT}' AND r.rule = '{Rule.PATTERN}' THEN
-                   CASE WHEN r.op = 'allreduce' THEN {NAMED_WAIT_ALLREDUCE} ELSE {NAMED_WAIT_OTHER} END
+                   CASE WHEN r.pattern_op = 'allreduce' THEN {NAMED_WAIT_ALLREDUCE} ELSE {NAMED_WAIT_OTHER} END
                  WHEN r.category = '{Category.WAIT}' THEN {WAIT}
                  ELSE {COMPUTE}
                END

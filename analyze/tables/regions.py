@@ -114,7 +114,7 @@ def region_table(con: duckdb.DuckDBPyConnection, everything: bool = False) -> pd
             SELECT region_id, count(*) FILTER (WHERE source = 'record') AS records,
                    count(*) FILTER (WHERE source = 'name') AS by_name
             FROM collectives GROUP BY region_id)
-        SELECT r.name AS region, r.category, r.op, r.rule, r.pattern, r.paradigm, r.role, r.match_name,
+        SELECT r.name AS region, r.category, r.pattern_op AS op, r.rule, r.pattern, r.paradigm, r.role, r.match_name,
                coalesce(inst.instances, 0) AS instances, coalesce(inst.main_ms, 0) AS main_ms,
                coalesce(coll.records, 0) AS records, coalesce(coll.by_name, 0) AS by_name
         FROM regions r LEFT JOIN inst USING (region_id) LEFT JOIN coll USING (region_id)

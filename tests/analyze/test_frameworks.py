@@ -132,7 +132,7 @@ def test_lbann_wait_takes_the_operation_of_its_nonblocking_starts(
         expect[(r, "compute")] = 100 - sum(v for (k, _), v in expect.items() if k == r)
     assert phases(db) == expect
     assert collectives(db) == []  # starts are not matched: their enter says nothing about waiting
-    op = db.execute("SELECT op FROM regions WHERE name LIKE 'lbann::lbann_comm::wait%'").fetchone()
+    op = db.execute("SELECT pattern_op FROM regions WHERE name LIKE 'lbann::lbann_comm::wait%'").fetchone()
     assert op == (None if also_send else "allreduce",)
 
 
@@ -203,7 +203,7 @@ def test_oneccl_event_wait_completes_an_allreduce(tmp_path: Path) -> None:
                   (rank, "ccl::v1::event::wait()", 60 * MS, 80 * MS)]
     db = build(tmp_path, items)
     assert phases(db) == {(r, p): v for r in (0, 1) for p, v in (("allreduce", 21), ("compute", 79))}
-    assert db.execute("SELECT op FROM regions WHERE name = 'ccl::v1::event::wait()'").fetchone() == ("allreduce",)
+    assert db.execute("SELECT pattern_op FROM regions WHERE name = 'ccl::v1::event::wait()'").fetchone() == ("allreduce",)
 
 
 def test_c10d_python_collectives_inside_decorator_wrappers(tmp_path: Path) -> None:
@@ -261,7 +261,7 @@ def test_horovod_synchronize_completes_allreduces(tmp_path: Path) -> None:
     # the optimizer's outermost start is an allreduce (the broadcast's start is inside
     # broadcast_parameters), so its synchronize is allreduce time
     assert phases(db) == {(0, "allreduce"): 21, (0, "compute"): 79, (1, "allreduce"): 26, (1, "compute"): 74}
-    ops = dict(db.execute("SELECT name, op FROM regions WHERE name LIKE '%synchronize'").fetchall())
+    ops = dict(db.execute("SELECT name, pattern_op FROM regions WHERE name LIKE '%synchronize'").fetchall())
     assert ops == {"horovod.torch.optimizer.SGD:synchronize": "allreduce", "horovod.torch.mpi_ops:synchronize": "allreduce"}
     assert [row[2:4] for row in collectives(db)] == [("bcast", "horovod.torch.functions:broadcast_parameters")] * 2
 

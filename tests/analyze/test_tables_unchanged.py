@@ -4,7 +4,7 @@ trace of our own give exactly the tables they gave before the pattern table exis
 ``golden/tables-before-patterns.json`` was written by this module's ``__main__`` on the
 commit before the pattern table (f17e6fe), for every table in ``analyze.schema.TABLES``: the
 columns the table had then, its row count and a SHA-256 of its rows (each value cast to
-text, sorted). Columns added since (``regions.op``, ``collectives.source``, ...) are checked here
+text, sorted). Columns added since (``regions.pattern_op``, ``collectives.source``, ...) are checked here
 to say what they must say for traces without library names: nothing.
 
     PYTHONPATH=. python -m tests.analyze.test_tables_unchanged   # rewrite the golden file
@@ -73,7 +73,7 @@ def test_tables_are_the_same_as_before_patterns(name: str, golden: dict[str, Any
     assert now == before
     # what the new columns say when no region name is a library's: nothing by pattern
     assert db.execute("SELECT count(*) FROM collectives WHERE source <> 'record'").fetchone() == (0,)
-    assert db.execute("SELECT count(*) FROM regions WHERE rule = 'pattern' OR op IS NOT NULL").fetchone() == (0,)
+    assert db.execute("SELECT count(*) FROM regions WHERE rule = 'pattern' OR pattern_op IS NOT NULL").fetchone() == (0,)
 
 
 if __name__ == "__main__":
