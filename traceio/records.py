@@ -16,6 +16,13 @@ the record kind:
 - ``STEP_DISCARD``: the step region whose index is ``aux`` ended without an optimizer step
   (evaluation or shutdown after the last step); the merge writes it as a ``dltrace.tail``
   region instead of a step.
+- ``METRIC``: one sample of metric member ``region`` (an index into the rank's metric
+  definitions, as regions index region definitions) on metric location ``loc``, taken at
+  ``time``; the value is the integer ``aux`` in the member's unit and exponent (the power
+  sampler: cumulative energy in microjoules, or power in milliwatts). An integer rather than a
+  float reinterpreted in the field: the readings are integers at the source (RAPL's
+  ``energy_uj``, NVML's mJ and mW), so nothing is rounded, and ``otf2-print`` shows them as
+  they were read. The merge writes it as an OTF2 Metric event of type INT64.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ class Kind(IntEnum):
     # ``aux`` the tag, ``bytes_sent`` the message length.
     SEND = 7
     RECV = 8
+    METRIC = 9
 
 
 class Op(IntEnum):
