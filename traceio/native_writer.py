@@ -32,7 +32,14 @@ from otf2.enums import (
 )
 
 from traceio import codec
-from traceio.archive import METRIC_KIND, OTF2_OP, OTF2_ROLE, TIMER_RESOLUTION, ArchiveSpec, time_span
+from traceio.archive import (
+    METRIC_KIND,
+    OTF2_OP,
+    OTF2_ROLE,
+    TIMER_RESOLUTION,
+    ArchiveSpec,
+    time_span,
+)
 from traceio.records import EVENT_DTYPE, Role
 
 UNDEFINED = 0xFFFFFFFF
@@ -127,7 +134,8 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
                                 [index[m] for m in members if m in index]))
     # One member, class and instance per channel, as the otf2 writer registers them: members
     # 0, 1, ...; classes and instances share the metric references: class 2i, instance 2i+1.
-    metric_members, metrics = [], []
+    metric_members: list[tuple[Any, ...]] = []
+    metrics: list[tuple[Any, ...]] = []
     for i, m in enumerate(spec.metrics):
         metric_members.append((s(m.name), s(m.description), MetricType.OTHER.value, getattr(MetricMode, m.mode).value,
                         Type.INT64.value, Base.DECIMAL.value, m.exponent, s(m.unit)))

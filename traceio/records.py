@@ -132,3 +132,32 @@ CLOCK_SYNC = "dltrace.clock_sync"
 def empty(n: int) -> np.ndarray:
     """A zeroed record array of length ``n``."""
     return np.zeros(n, dtype=EVENT_DTYPE)
+
+
+# --- power channels ----------------------------------------------------------------------
+# What the power sampler (instrument/power) records and the analysis (analyze/energy)
+# recognises: member names "<device> <index> energy" (running total, J with an exponent) or
+# "<device> <index> power" (a reading, W with an exponent).
+
+
+class Device(StrEnum):
+    """The kind of device a power or energy channel measures."""
+
+    CPU_PACKAGE = "cpu_package"  # a CPU socket (RAPL package-N)
+    DRAM = "dram"  # the memory of a package (RAPL dram sub-zone)
+    CPU_CORE = "cpu_core"  # the cores of a package: part of the package's energy
+    CPU_UNCORE = "cpu_uncore"  # a package's uncore (graphics): part of the package's energy
+    PLATFORM = "platform"  # RAPL psys: the whole platform, packages included
+    GPU = "gpu"
+    NODE = "node"  # a whole node or blade (Score-P's x86_energy BLADE, Cray PM)
+    SENSOR = "sensor"  # a power sensor of unknown device (hwmon)
+    OTHER = "other"
+
+
+ENERGY = "energy"
+POWER = "power"
+
+
+def channel_name(device: Device, index: int, quantity: str) -> str:
+    """The metric member name of one of our power channels: ``gpu 1 energy``."""
+    return f"{device} {index} {quantity}"
