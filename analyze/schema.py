@@ -495,6 +495,50 @@ SWEEP_TABLES = (COMPARISON, CONFIGURATIONS, SPEEDUPS, VARIATION, FITS, ALLREDUCE
                 ALLREDUCE_MODEL, PREDICTIONS)
 
 
+# --- energy across a sweep (analyze compare; docs/energy.md) ------------------------------
+
+ENERGY_RUNS = _t(
+    "energy_runs", "One row per run with power: its energy over the steps (from the first "
+    "step's start to the last step's end, all ranks), with and without idle devices.",
+    ("run_name", "VARCHAR", "run directory name"),
+    ("config", "INTEGER", "configuration"),
+    ("ranks", "INTEGER", "processes"),
+    ("run_s", "DOUBLE", "the steps' window"),
+    ("energy_j", "DOUBLE", "energy of the active devices in that window (counted series)"),
+    ("energy_all_j", "DOUBLE", "the same including idle devices (GPUs no rank is pinned to)"),
+    ("mean_power_w", "DOUBLE", "energy_j / run_s"),
+    ("energy_per_step_j", "DOUBLE", "active devices, per steady-state step (warm-up excluded)"),
+    ("energy_per_sample_j", "DOUBLE", "energy_per_step_j / samples_per_step; NULL without --batch-size"),
+    ("edp_js", "DOUBLE", "energy-delay product run_s x energy_j"),
+    ("edp_all_js", "DOUBLE", "run_s x energy_all_j"),
+)
+
+ENERGY_CONFIGURATIONS = _t(
+    "energy_configurations", "One row per configuration with power: means over its runs, and the "
+    "EDP normalized to a baseline configuration (analyze compare --baseline FACTOR=LEVEL; default: "
+    f"the one with the fewest ranks, other levels equal). EDP compares runs doing the same work. {_CI}.",
+    ("config", "INTEGER", "configuration"),
+    ("config_label", "VARCHAR", "factor levels"),
+    ("n", "INTEGER", "runs with power"),
+    ("run_s", "DOUBLE", "mean run time"),
+    ("energy_j", "DOUBLE", "mean energy, active devices"),
+    ("energy_j_ci_low", "DOUBLE", _CI),
+    ("energy_j_ci_high", "DOUBLE", _CI),
+    ("energy_all_j", "DOUBLE", "mean energy including idle devices"),
+    ("energy_per_sample_j", "DOUBLE", "mean energy per training sample"),
+    ("mean_power_w", "DOUBLE", "mean power, active devices"),
+    ("edp_js", "DOUBLE", "mean EDP, active devices"),
+    ("edp_all_js", "DOUBLE", "mean EDP including idle devices"),
+    ("baseline", "VARCHAR", "what EDP is normalized to: ranks, or the --baseline levels"),
+    ("baseline_config", "INTEGER", "the baseline configuration; NULL if not measured"),
+    ("time_speedup", "DOUBLE", "baseline run_s / run_s"),
+    ("edp_norm", "DOUBLE", "edp_js / the baseline's"),
+    ("edp_all_norm", "DOUBLE", "edp_all_js / the baseline's"),
+)
+
+SWEEP_ENERGY_TABLES = (ENERGY_RUNS, ENERGY_CONFIGURATIONS)
+
+
 def markdown() -> str:
     """The schema as Markdown (docs/schema.md is generated from this)."""
     out = ["# Tables written by `analyze phases`", "", __doc__.strip().split("\n\n", 1)[1], ""]
