@@ -161,3 +161,37 @@ def test_a_trailing_power_reading_is_aligned_by_its_lag() -> None:
 def test_channels_are_classified_by_unit_else_name(name: str, unit: str, expected: tuple) -> None:
     c = classify(name, unit)
     assert (str(c.quantity), None if c.device is None else str(c.device), c.index, c.to_si) == expected
+
+
+def test_analyze_energy_and_phases_print_energy(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Steps of 60 ms (40 ms computing, 20 ms in an allreduce) sampled every 100 ms: the
+    phases are shorter than the sampling interval, and the output says so."""
+    from analyze.cli import main
+
+    items, ms = [], 1_000_000
+    for k in range(20):
+        s = S + k * 60 * ms
+        items += [(0, "dltrace.step", s, s + 60 * ms),
+                  (0, "MPI_Allreduce", s + 40 * ms, s + 60 * ms, {"op": "allreduce", "bytes": 8})]
+    t = np.arange(S - 200 * ms, S + 1400 * ms, 100 * ms)
+    write_literal(tmp_path, items, metrics=[
+        {"name": "cpu_package 0 energy", "samples": [(int(x), int(50 * (x - t[0]) / 1000)) for x in t]}])
+    assert main(["energy", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "cpu_package 0" in out and "counter" in out
+    assert "shorter than the sampling interval (100 ms)" in out
+    assert main(["phases", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "step_J" in out and "energy by phase" in out
+    # 50 W over 60 ms steps: 3 J a step
+    assert " 3.0 " in out or " 3.00 " in out, out
+
+
+def test_analyze_energy_without_power_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from analyze.cli import main
+
+    write_literal(tmp_path, [(0, "dltrace.step", 0, S)])
+    (tmp_path / "run.json").write_text('{"power": {"hosts": {"h0": {"sampled": false, "unavailable": '
+                                       '[{"source": "RAPL", "reason": "no RAPL zones under /x"}]}}}}')
+    assert main(["energy", str(tmp_path)]) == 1
+    assert "has no energy or power samples (h0: RAPL: no RAPL zones under /x)" in capsys.readouterr().err
