@@ -105,17 +105,19 @@ def notes(con: duckdb.DuckDBPyConnection) -> list[str]:
 
 
 def timeline(con: duckdb.DuckDBPyConnection, max_pieces: int = 2000) -> tuple[pd.DataFrame, pd.DataFrame, str]:
-    """(power, phases, note) for the power-over-time pages: every series' mean power per
-    sampling interval (``series`` label, ``start_s``, ``end_s``, ``power_w``) and the phases
-    of the rank each series is charged to (host-wide: the host's first rank) as ``series``,
-    ``start_s``, ``end_s``, ``phase``. Seconds from the first step. Long runs show their
-    steady-state steps only, so the phases stay legible."""
+    """(power, phases, note) for the power-over-time pages, one page per ``device`` label
+    (``gpu 1 · rank 0``, ``cpu_package 0 · vm``): every series' mean power per sampling
+    interval (``device``, ``source``: counter or power readings, ``start_s``, ``end_s``,
+    ``power_w``), and the phases of the rank the device is charged to (host-wide: the host's
+    first rank; ``device``, ``rank``, ``start_s``, ``end_s``, ``phase``). Seconds from the
+    first step. Long runs show their steady-state steps only, so the phases stay legible."""
     series = con.execute("""
-        SELECT d.channel_id, d.location_id, d.device || ' ' || coalesce(d.device_index::VARCHAR, '?')
-               || CASE WHEN d.source = 'power' THEN ' (power readings)' ELSE '' END
-               || coalesce(' · rank ' || d.rank::VARCHAR, ' · ' || d.host) AS series,
+        SELECT d.channel_id, d.location_id,
+               d.device || ' ' || coalesce(d.device_index::VARCHAR, '?')
+               || coalesce(' · rank ' || d.rank::VARCHAR, ' · ' || d.host) AS device,
+               CASE WHEN d.source = 'power' THEN 'power readings' ELSE 'counter' END AS source,
                coalesce(d.rank, (SELECT min(h.rank) FROM hosts h WHERE h.host = d.host)) AS shade_rank
-        FROM energy_devices d WHERE d.counted OR d.source = 'power' ORDER BY d.host, d.device, d.device_index
+        FROM energy_devices d ORDER BY d.host, d.device, d.device_index, d.source
     """).df()
     t0 = con.execute("SELECT min(start_ns) FROM steps").fetchone()[0] or 0  # type: ignore[index]
     pieces = int(con.execute("SELECT count(*) FROM phases WHERE duration_ns > 0").fetchone()[0])  # type: ignore[index]
@@ -125,24 +127,27 @@ def timeline(con: duckdb.DuckDBPyConnection, max_pieces: int = 2000) -> tuple[pd
     note = "" if pieces <= max_pieces else f"steps {a}-{b - 1} of a long run"
     power = con.execute("""
         SELECT channel_id, location_id, start_ns, end_ns, power_w FROM power
-        WHERE end_ns >= $lo AND start_ns <= $hi
+        WHERE end_ns >= $lo AND start_ns <= $hi ORDER BY start_ns
     """, {"lo": lo, "hi": hi}).df()
-    power = power.merge(series[["channel_id", "location_id", "series"]], on=["channel_id", "location_id"])
-    power = power.assign(start_s=(power["start_ns"] - t0) / 1e9, end_s=(power["end_ns"] - t0) / 1e9)
+    power = power.merge(series[["channel_id", "location_id", "device", "source"]], on=["channel_id", "location_id"])
+    pages = series.drop_duplicates("device")
+    order = {d: i for i, d in enumerate(pages["device"])}
+    power = power.assign(start_s=(power["start_ns"] - t0) / 1e9, end_s=(power["end_ns"] - t0) / 1e9,
+                         page=power["device"].map(order)).sort_values(["page", "source", "start_s"], kind="stable")
     shades = []
-    for rank in sorted(set(series["shade_rank"].dropna().astype(int))):
+    for rank in sorted(set(pages["shade_rank"].dropna().astype(int))):
         st = con.execute("SELECT start_ns, end_ns FROM steps WHERE rank = $r AND step >= $a AND step < $b "
                          "ORDER BY start_ns", {"r": rank, "a": a, "b": b}).fetchnumpy()
         if not len(st["start_ns"]):
             continue
         starts, ends = np.asarray(st["start_ns"], np.int64), np.asarray(st["end_ns"], np.int64)
         seg = segments(con, int(starts.min()), int(ends.max()), rank=rank)
-        pieces_df = sweep_intervals(seg["start"].to_numpy(), seg["end"].to_numpy(), seg["level"].to_numpy(),
-                                    starts, ends)
-        for label in series.loc[series["shade_rank"] == rank, "series"]:
-            shades.append(pieces_df.assign(series=label))
+        mine = sweep_intervals(seg["start"].to_numpy(), seg["end"].to_numpy(), seg["level"].to_numpy(),
+                               starts, ends)
+        for device in pages.loc[pages["shade_rank"] == rank, "device"]:
+            shades.append(mine.assign(device=device, rank=rank))
     phases = pd.concat(shades, ignore_index=True) if shades else pd.DataFrame(
-        columns=["start_ns", "end_ns", "phase", "step", "series"])
+        columns=["start_ns", "end_ns", "phase", "step", "device", "rank"])
     phases = phases.assign(start_s=(phases["start_ns"] - t0) / 1e9, end_s=(phases["end_ns"] - t0) / 1e9)
-    return (power[["series", "start_s", "end_s", "power_w"]], phases[["series", "start_s", "end_s", "phase"]],
-            note)
+    return (power[["device", "source", "start_s", "end_s", "power_w"]],
+            phases[["device", "rank", "start_s", "end_s", "phase"]], note)
