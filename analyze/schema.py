@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from traceio.records import Device
+
 SCHEMA_VERSION = 1
 
 
@@ -545,10 +547,14 @@ def markdown() -> str:
     out += _markdown_tables(TABLES)
     out += ["## Categorical values", ""]
     out += [f"- `phase`: {', '.join(p.value for p in Phase)}"]
-    out += [f"- `regions.category`: {', '.join(c.value for c in Category)}", ""]
+    out += [f"- `regions.category`: {', '.join(c.value for c in Category)}"]
+    out += [f"- `metric_channels.quantity`: {', '.join(q.value for q in Quantity)}"]
+    out += [f"- `device` (metric_channels, energy tables): {', '.join(d.value for d in Device)}"]
+    out += [f"- `energy_devices.source`: {', '.join(s.value for s in EnergySource)}", ""]
     out += ["# Tables written by `analyze compare`", "",
             "In `SWEEP/compare.duckdb`, across the runs of a sweep (docs/experiments.md).", ""]
     out += _markdown_tables(SWEEP_TABLES)
+    out += _markdown_tables(SWEEP_ENERGY_TABLES)
     return "\n".join(out)
 
 

@@ -41,8 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--power", choices=("on", "off"), default="on",
                    help="sample CPU (RAPL) and GPU (NVML) power on every host where a source exists "
                    "(default on; docs/energy.md)")
-    p.add_argument("--power-interval", type=float, default=0.1, metavar="SECONDS",
-                   help="power sampling interval (default 0.1)")
+    p.add_argument("--power-interval", type=float, default=None, metavar="SECONDS",
+                   help="power sampling interval (default 0.1, or DLTRACE_POWER_INTERVAL_S)")
     p.add_argument("--horovod-timeline", action="store_true",
                    help="also record Horovod's own timeline and import it into the trace "
                    "(costs about a core on rank 0; docs/horovod.md)")
@@ -56,11 +56,13 @@ def run(ns: argparse.Namespace, argv: list[str]) -> int:
     from instrument.hooks import horovod_timeline
     from instrument.launch import job
 
-    if not ns.power_interval > 0:
+    if ns.power_interval is not None and not ns.power_interval > 0:
         raise UsageError(f"--power-interval must be a positive number of seconds, not {ns.power_interval}")
     env = {horovod_timeline.OPT_IN: "1"} if ns.horovod_timeline else {}
-    env.update({"DLTRACE_POWER": "off"} if ns.power == "off" else
-               {"DLTRACE_POWER_INTERVAL_S": repr(ns.power_interval)})
+    if ns.power == "off":
+        env["DLTRACE_POWER"] = "off"
+    elif ns.power_interval is not None:
+        env["DLTRACE_POWER_INTERVAL_S"] = repr(ns.power_interval)
     config = job.LaunchConfig(
         script=ns.script, args=ns.args, nprocs=ns.nprocs, name=ns.name, out=ns.out,
         tracer=ns.tracer, launcher=ns.launcher, grace_s=ns.grace,

@@ -41,7 +41,8 @@ from traceio.otf2_writer import write_archive
 
 # What an external launcher must pass to every rank (Open MPI's mpirun exports only what -x names).
 EXPORTED = ("DLTRACE_RUN_DIR", "DLTRACE_TRACER", "DLTRACE_CLOCK_SERVER", "PYTHONPATH", "PYTHONUNBUFFERED",
-            "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "DLTRACE_POWERCAP_ROOT")
+            "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "DLTRACE_POWERCAP_ROOT", "DLTRACE_POWER",
+            "DLTRACE_POWER_INTERVAL_S")
 
 
 @dataclass

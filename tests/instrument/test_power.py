@@ -245,3 +245,10 @@ def test_attach_samples_on_local_rank_0_only_and_says_why_not(tmp_path: Path) ->
     assert "power" in first.meta["extra"] and "power" not in second.meta["extra"]
     for t in (tr, other, off, first, second):
         t.finalize("ok")
+
+
+def test_a_non_positive_power_interval_is_one_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
+    from instrument.cli import main
+
+    assert main(["run", "--power-interval", "0", "runs/ddp_resnet.py"]) == 2
+    assert "--power-interval must be a positive number of seconds, not 0.0" in capsys.readouterr().err
