@@ -2,10 +2,11 @@
 
 Page order: the bottleneck comparison of all runs first (the page that compares frameworks),
 then for each run its timeline, its per-step breakdown, where it has collectives its
-collective waits, and where it has power one power-over-time page per device. A sweep directory (``instrument sweep``) gets the pages of
-:mod:`reports.scaling` instead. Each run's database is built or reused exactly as ``analyze phases`` does.
-The PDF is written to a temporary file and renamed, so a failed report never leaves half a
-PDF where a previous one was.
+collective waits, and where it has power one power-over-time page per device. A sweep
+directory (``instrument sweep``) gets the pages of :mod:`reports.scaling` instead.
+Each run's database is built or reused exactly as ``analyze phases`` does. The PDF is
+written to a temporary file and renamed, so a failed report never leaves half a PDF where a
+previous one was.
 """
 
 from __future__ import annotations

@@ -150,7 +150,7 @@ class Device(StrEnum):
     PLATFORM = "platform"  # RAPL psys: the whole platform, packages included
     GPU = "gpu"
     NODE = "node"  # a whole node or blade (Score-P's x86_energy BLADE, Cray PM)
-    SENSOR = "sensor"  # a power sensor of unknown device (hwmon)
+    SENSOR = "sensor"  # a sensor of a device measured otherwise too (hwmon, Cray PM's accelerators)
     OTHER = "other"
 
 

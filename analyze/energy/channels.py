@@ -10,7 +10,10 @@ to report it (docs/research/scorep-metric-plugins.md has the sources):
   (adam-mcdaniel/scorep-amd ``patches/rocm_smi/rocs.c`` l. 2591, 2595);
 - hwmon ``powerN_input`` / ``powerN_average`` in microwatts and ``energyN_input`` in
   microjoules (the Linux hwmon sysfs interface; ``patches/coretemp/linux-coretemp.c`` l. 251);
-- PAPI powercap's ``ENERGY_UJ`` in microjoules (its name says so).
+- PAPI powercap's ``ENERGY_UJ`` in microjoules (its name says so);
+- Cray PM counters read through the coretemp plugin (``...craypm:energy``, ``power``,
+  ``accelN_energy``, ``accelN_power``) in joules and watts, as ``/sys/cray/pm_counters``
+  gives them (seen in adam-mcdaniel/hpc-energy-trace-analysis' Frontier traces).
 
 Other unitless energy or power members keep their quantity but no scale (``to_si`` None): the
 analysis lists them and says it cannot convert them.
@@ -46,19 +49,25 @@ _BY_NAME: list[tuple[re.Pattern[str], Quantity, float]] = [
     (re.compile(r"hwmon\d+:energy\d*_input"), Quantity.ENERGY, 1e-6),
     (re.compile(r"hwmon\d+:power\d*_(input|average)"), Quantity.POWER, 1e-6),
     (re.compile(r"powercap:::ENERGY_UJ", re.IGNORECASE), Quantity.ENERGY, 1e-6),
+    (re.compile(r"craypm:(accel\d+_)?energy$"), Quantity.ENERGY, 1.0),
+    (re.compile(r"craypm:(accel\d+_)?power$"), Quantity.POWER, 1.0),
 ]
 _ENERGY_NAME = re.compile(r"energy|/E$", re.IGNORECASE)
 _POWER_NAME = re.compile(r"power|/P$", re.IGNORECASE)
 
 # (pattern, device): group 1 of the pattern is the device number, when it has one
 _DEVICES: list[tuple[re.Pattern[str], Device]] = [
+    # Cray PM: a blade's accelerator modules (an MI250X module holds two GCDs, which ROCm SMI
+    # lists as two devices, so they are not matched to those) and the whole node
+    (re.compile(r"craypm:accel(\d+)_"), Device.SENSOR),
+    (re.compile(r"craypm:(?:energy|power)$"), Device.NODE),
     (re.compile(r"rocm_smi:::.*:device=(\d+)"), Device.GPU),
     (re.compile(r"^ID(\d+)::"), Device.GPU),  # Score-P's rocm_smi plugin
     (re.compile(r" on CUDA: (\d+)$"), Device.GPU),  # Score-P's nvml plugins
     (re.compile(r"nvml:::.*device_(\d+)"), Device.GPU),  # PAPI's nvml component
     (re.compile(r"\bPCKG\[(\d+)\]|\bPACKAGE(\d+)\b|\bs(\d+)\.package\b"), Device.CPU_PACKAGE),
     (re.compile(r"\bDRAM\[?(\d+)|\bs(\d+)\.dram\b"), Device.DRAM),
-    (re.compile(r"\bCORES?\[(\d+)\]"), Device.CPU_CORE),
+    (re.compile(r"\b(?:SINGLE_)?CORES?\[(\d+)\]"), Device.CPU_CORE),
     (re.compile(r"BLADE"), Device.NODE),
     (re.compile(r"hwmon(\d+)"), Device.SENSOR),
 ]

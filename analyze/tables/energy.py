@@ -129,12 +129,19 @@ def _device_row(s: Series) -> dict:
             "integrated_reading": s.source == EnergySource.POWER}
 
 
+def family(name: str) -> str:
+    """What a channel's name says about where it comes from: a PAPI-based Score-P plugin's
+    prefix (``A2rocm_smi``, ``A3coretemp``), so a device's counter is paired with power readings
+    of the same origin only."""
+    return name.split(":::", 1)[0] if ":::" in name else ""
+
+
 def _agreement_rows(all_series: list[Series]) -> list[dict]:
     rows = []
     devices: dict[tuple, dict[EnergySource, Series]] = {}
     for s in all_series:
-        devices.setdefault((s.host, s.device, s.index, s.rank), {}).setdefault(s.source, s)
-    for (host, device, index, _), pair in devices.items():
+        devices.setdefault((s.host, s.device, s.index, s.rank, family(s.name)), {}).setdefault(s.source, s)
+    for (host, device, index, _, _), pair in devices.items():
         if len(pair) < 2 or device == Device.OTHER:
             continue
         c, p = pair[EnergySource.COUNTER], pair[EnergySource.POWER]

@@ -103,7 +103,8 @@ class Sampler:
     def _run(self) -> None:
         due = self.tracer.now()
         while True:
-            due += self.interval_ns
+            # on a fixed grid, without catching up in a burst after a stall (a loaded machine)
+            due = max(due + self.interval_ns, self.tracer.now())
             if self._stop.wait(max(0.0, (due - self.tracer.now()) / 1e9)):
                 return
             self.sample()

@@ -152,6 +152,12 @@ def test_a_trailing_power_reading_is_aligned_by_its_lag() -> None:
     ("A2coretemp:::hwmon3:power1_input", "#", ("power", "sensor", 3, 1e-6)),
     ("elab.ariel.s1.package.power.100Hz", "W", ("power", "cpu_package", 1, 1.0)),  # metricq
     ("powercap:::ENERGY_UJ:ZONE0", "#", ("energy", "other", None, 1e-6)),
+    # Cray PM through the coretemp plugin and x86_energy's per-core counters (Frontier traces
+    # of adam-mcdaniel/hpc-energy-trace-analysis)
+    ("A3coretemp:::craypm:accel0_energy", "#", ("energy", "sensor", 0, 1.0)),
+    ("A3coretemp:::craypm:accel0_power", "#", ("power", "sensor", 0, 1.0)),
+    ("A3coretemp:::craypm:energy", "#", ("energy", "node", None, 1.0)),
+    ("AMD RAPL SINGLE_CORE[12]", "J", ("energy", "cpu_core", 12, 1.0)),
     ("some_energy_counter", "#", ("energy", "other", None, None)),  # unknown scale: listed, not converted
     ("A2rocm_smi:::busy_percent:device=0", "#", ("other", None, None, None)),
     ("PAPI_TOT_CYC", "#", ("other", None, None, None)),
