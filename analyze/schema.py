@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from traceio.records import Device
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: metrics and energy tables (a database built by 1 is rebuilt)
 
 
 class Phase(StrEnum):

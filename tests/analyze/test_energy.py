@@ -201,3 +201,11 @@ def test_analyze_energy_without_power_says_why(tmp_path: Path, capsys: pytest.Ca
                                        '[{"source": "RAPL", "reason": "no RAPL zones under /x"}]}}}}')
     assert main(["energy", str(tmp_path)]) == 1
     assert "has no energy or power samples (h0: RAPL: no RAPL zones under /x)" in capsys.readouterr().err
+
+
+def test_phase_pieces_with_nothing_inside_a_step() -> None:
+    """A rank whose only step has no length (a damaged or odd trace) has no phase pieces."""
+    from analyze.tables.phases import sweep_intervals
+
+    pieces = sweep_intervals(np.array([0]), np.array([10]), np.array([5]), np.array([20]), np.array([20]))
+    assert len(pieces) == 0 and list(pieces.columns) == ["start_ns", "end_ns", "phase", "step"]
