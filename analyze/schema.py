@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-SCHEMA_VERSION = 1
+from traceio.records import Device
+
+SCHEMA_VERSION = 2  # 2: metrics and energy tables (a database built by 1 is rebuilt)
 
 
 class Phase(StrEnum):
@@ -224,7 +226,169 @@ PHASES = _t(
     ("duration_ns", "BIGINT", "time"),
 )
 
-TABLES = (RUNS, LOCATIONS, REGIONS, COMMUNICATORS, INTERVALS, COLLECTIVES, P2P, STEPS, PHASES)
+# --- metrics, power and energy (docs/energy.md) ------------------------------------------
+
+
+class Quantity(StrEnum):
+    """What a metric channel measures, as far as energy is concerned."""
+
+    ENERGY = "energy"  # a running total (an energy counter) or per-interval amounts, in J
+    POWER = "power"  # readings of power, in W, integrated over time for energy
+    OTHER = "other"  # anything else: hardware counters, utilization, frequencies, bytes
+
+
+class EnergySource(StrEnum):
+    """Where a device's energy comes from."""
+
+    COUNTER = "counter"  # the device's energy counter (RAPL energy_uj, NVML total energy, ...)
+    POWER = "power"  # its power readings, integrated
+
+
+HOSTS = _t(
+    "hosts", "The host (OTF2 system tree node) of each rank's process.",
+    ("rank", "INTEGER", "rank"),
+    ("host", "VARCHAR", "host name"),
+)
+
+METRIC_CHANNELS = _t(
+    "metric_channels", "One row per metric member as a metric (an OTF2 MetricClass, or a "
+    "MetricInstance of one) references it: what the samples in `metrics` are, and how dltrace "
+    "reads them for energy.",
+    ("channel_id", "INTEGER", "dense number, referenced by metrics"),
+    ("metric_id", "BIGINT", "OTF2 MetricClass or MetricInstance reference"),
+    ("member_id", "BIGINT", "OTF2 MetricMember reference"),
+    ("name", "VARCHAR", "member name (Score-P: the metric or plugin event name)"),
+    ("description", "VARCHAR", "member description"),
+    ("unit", "VARCHAR", "unit as written ('#' for none)"),
+    ("base", "VARCHAR", "decimal or binary"),
+    ("exponent", "INTEGER", "recorded value x base^exponent is in unit (metrics.value has it applied)"),
+    ("mode", "VARCHAR", "OTF2 metric mode: accumulated_start, absolute_point, absolute_last, ..."),
+    ("value_type", "VARCHAR", "int64, uint64 or double"),
+    ("occurrence", "VARCHAR", "synchronous_strict (on a thread, at its events), synchronous or asynchronous"),
+    ("scope", "VARCHAR", "what the samples are about: location, location_group, system_tree_node or "
+     "group (a MetricInstance's scope); NULL for a metric class recorded on its own location"),
+    ("scope_name", "VARCHAR", "name of the scope"),
+    ("host", "VARCHAR", "host of the scope; NULL when the samples belong to the recording location"),
+    ("rank", "INTEGER", "the rank the channel is charged to (a process or location scope, e.g. a GPU "
+     "pinned to it); NULL for host-wide channels and for per-location metric classes"),
+    ("quantity", "VARCHAR", "Quantity: energy, power or other (from the unit, else the name)"),
+    ("device", "VARCHAR", "Device: cpu_package, dram, gpu, ... (from the name); NULL for other quantities"),
+    ("device_index", "INTEGER", "device number on its host (package, GPU, hwmon index)"),
+    ("to_si", "DOUBLE", "value x to_si is in J (energy) or W (power); NULL when the unit is unknown"),
+    ("unit_from", "VARCHAR", "how to_si was found: unit, name (a plugin known to write uJ or uW "
+     "with unit '#') or NULL"),
+    ("samples", "BIGINT", "samples in metrics"),
+)
+
+METRICS = _t(
+    "metrics", "Every metric sample of the trace (dltrace's power sampler, Score-P's PAPI "
+    "counters and metric plugins): one row per value of an OTF2 Metric event.",
+    ("location_id", "BIGINT", "location that recorded it (a METRIC location or a thread)"),
+    ("rank", "INTEGER", "rank of that location"),
+    ("channel_id", "INTEGER", "metric_channels row"),
+    ("member", "VARCHAR", "member name"),
+    ("unit", "VARCHAR", "unit as written"),
+    ("mode", "VARCHAR", "metric mode"),
+    ("time_ns", "BIGINT", "sample time"),
+    ("value", "DOUBLE", "the sample in unit (x base^exponent applied)"),
+)
+
+POWER = _t(
+    "power", "Power over time: per energy or power series (a channel on its recording "
+    "location), the mean power between consecutive samples.",
+    ("channel_id", "INTEGER", "channel"),
+    ("location_id", "BIGINT", "recording location"),
+    ("start_ns", "BIGINT", "previous sample"),
+    ("end_ns", "BIGINT", "this sample"),
+    ("energy_j", "DOUBLE", "energy between the two samples (counter difference, or power integrated)"),
+    ("power_w", "DOUBLE", "energy_j / duration"),
+)
+
+ENERGY_DEVICES = _t(
+    "energy_devices", "Per energy or power series: energy over its samples and how it is "
+    "attributed. A device with both an energy counter and power readings has two rows "
+    "(energy_agreement compares them); the counter's is the one counted.",
+    ("channel_id", "INTEGER", "channel"),
+    ("location_id", "BIGINT", "recording location"),
+    ("name", "VARCHAR", "member name"),
+    ("host", "VARCHAR", "host"),
+    ("device", "VARCHAR", "Device"),
+    ("device_index", "INTEGER", "device number on the host"),
+    ("source", "VARCHAR", "EnergySource: counter or power"),
+    ("rank", "INTEGER", "rank it is charged to; NULL: shared by the ranks on its host"),
+    ("active", "BOOLEAN", "charged to a rank, or host-wide and not a GPU (a GPU no rank is pinned to "
+     "is idle; in traces without pinning, every GPU is active)"),
+    ("counted", "BOOLEAN", "included in totals: the device's preferred series, and a device kind that "
+     "does not contain others (packages, DRAM, GPUs; a node or platform channel only on hosts without those)"),
+    ("samples", "BIGINT", "samples"),
+    ("start_ns", "BIGINT", "first sample"),
+    ("end_ns", "BIGINT", "last sample"),
+    ("interval_ms", "DOUBLE", "median time between samples"),
+    ("energy_j", "DOUBLE", "energy from first to last sample"),
+    ("mean_power_w", "DOUBLE", "energy_j / (end - start)"),
+    ("integrated_reading", "BOOLEAN", "energy from power readings that may be averages (NVML's is a "
+     "1 s average on recent GPUs): not meaningful for phases shorter than that"),
+)
+
+ENERGY_AGREEMENT = _t(
+    "energy_agreement", "Devices with both an energy counter and power readings: the energy "
+    "each gives over the same window. Power readings are often averages over a trailing window "
+    "and so lag the counter; the lag is estimated (least squares on the running totals, 0-2 s) "
+    "and the readings aligned by it.",
+    ("host", "VARCHAR", "host"),
+    ("device", "VARCHAR", "Device"),
+    ("device_index", "INTEGER", "device number"),
+    ("counter_channel", "INTEGER", "the counter's channel"),
+    ("power_channel", "INTEGER", "the power readings' channel"),
+    ("start_ns", "BIGINT", "window where both have samples"),
+    ("end_ns", "BIGINT", "window end"),
+    ("counter_j", "DOUBLE", "energy from the counter over the window"),
+    ("power_j", "DOUBLE", "energy from the integrated power readings over the window"),
+    ("difference_pct", "DOUBLE", "100 (power_j - counter_j) / counter_j"),
+    ("lag_ms", "DOUBLE", "how far the power readings trail the counter"),
+    ("aligned_counter_j", "DOUBLE", "counter over the window shortened by the lag"),
+    ("aligned_power_j", "DOUBLE", "power readings shifted back by the lag, integrated over it"),
+    ("aligned_difference_pct", "DOUBLE", "100 (aligned_power_j - aligned_counter_j) / aligned_counter_j"),
+)
+
+ENERGY_STEPS = _t(
+    "energy_steps", "Per rank, step and counted series: the energy of the step's window "
+    "(running totals linear between samples); a host-wide series is shared equally by its "
+    "host's ranks.",
+    ("rank", "INTEGER", "rank"),
+    ("step", "INTEGER", "step"),
+    ("channel_id", "INTEGER", "channel"),
+    ("location_id", "BIGINT", "recording location"),
+    ("device", "VARCHAR", "Device"),
+    ("device_index", "INTEGER", "device number"),
+    ("active", "BOOLEAN", "as in energy_devices"),
+    ("share", "DOUBLE", "1 for the rank's own devices, 1/ranks on the host for host-wide ones"),
+    ("energy_j", "DOUBLE", "energy in the step x share"),
+    ("covered_ns", "BIGINT", "part of the step inside the series' first..last sample"),
+)
+
+ENERGY_PHASES = _t(
+    "energy_phases", "Per rank, step, phase and counted series: the energy of the phase's "
+    "pieces of the step (as energy_steps; the phases of a step sum to its energy).",
+    ("rank", "INTEGER", "rank"),
+    ("step", "INTEGER", "step"),
+    ("phase", "VARCHAR", "Phase"),
+    ("channel_id", "INTEGER", "channel"),
+    ("location_id", "BIGINT", "recording location"),
+    ("device", "VARCHAR", "Device"),
+    ("device_index", "INTEGER", "device number"),
+    ("active", "BOOLEAN", "as in energy_devices"),
+    ("energy_j", "DOUBLE", "energy in the phase x share"),
+    ("duration_ns", "BIGINT", "time in the phase"),
+    ("short_ns", "BIGINT", "of it, pieces shorter than the series' sampling interval: there the "
+     "energy is split in proportion to time, not measured"),
+)
+
+ENERGY_TABLES = (HOSTS, METRIC_CHANNELS, METRICS, POWER, ENERGY_DEVICES, ENERGY_AGREEMENT, ENERGY_STEPS,
+                 ENERGY_PHASES)
+
+TABLES = (RUNS, LOCATIONS, REGIONS, COMMUNICATORS, INTERVALS, COLLECTIVES, P2P, STEPS, PHASES) + \
+    ENERGY_TABLES
 BY_NAME = {t.name: t for t in TABLES}
 
 # --- written by `analyze compare SWEEP` into SWEEP/compare.duckdb --------------------------
@@ -363,6 +527,50 @@ SWEEP_TABLES = (COMPARISON, CONFIGURATIONS, SPEEDUPS, VARIATION, FITS, ALLREDUCE
                 ALLREDUCE_MODEL, PREDICTIONS)
 
 
+# --- energy across a sweep (analyze compare; docs/energy.md) ------------------------------
+
+ENERGY_RUNS = _t(
+    "energy_runs", "One row per run with power: its energy over the steps (from the first "
+    "step's start to the last step's end, all ranks), with and without idle devices.",
+    ("run_name", "VARCHAR", "run directory name"),
+    ("config", "INTEGER", "configuration"),
+    ("ranks", "INTEGER", "processes"),
+    ("run_s", "DOUBLE", "the steps' window"),
+    ("energy_j", "DOUBLE", "energy of the active devices in that window (counted series)"),
+    ("energy_all_j", "DOUBLE", "the same including idle devices (GPUs no rank is pinned to)"),
+    ("mean_power_w", "DOUBLE", "energy_j / run_s"),
+    ("energy_per_step_j", "DOUBLE", "active devices, per steady-state step (warm-up excluded)"),
+    ("energy_per_sample_j", "DOUBLE", "energy_per_step_j / samples_per_step; NULL without --batch-size"),
+    ("edp_js", "DOUBLE", "energy-delay product run_s x energy_j"),
+    ("edp_all_js", "DOUBLE", "run_s x energy_all_j"),
+)
+
+ENERGY_CONFIGURATIONS = _t(
+    "energy_configurations", "One row per configuration with power: means over its runs, and the "
+    "EDP normalized to a baseline configuration (analyze compare --baseline FACTOR=LEVEL; default: "
+    f"the one with the fewest ranks, other levels equal). EDP compares runs doing the same work. {_CI}.",
+    ("config", "INTEGER", "configuration"),
+    ("config_label", "VARCHAR", "factor levels"),
+    ("n", "INTEGER", "runs with power"),
+    ("run_s", "DOUBLE", "mean run time"),
+    ("energy_j", "DOUBLE", "mean energy, active devices"),
+    ("energy_j_ci_low", "DOUBLE", _CI),
+    ("energy_j_ci_high", "DOUBLE", _CI),
+    ("energy_all_j", "DOUBLE", "mean energy including idle devices"),
+    ("energy_per_sample_j", "DOUBLE", "mean energy per training sample"),
+    ("mean_power_w", "DOUBLE", "mean power, active devices"),
+    ("edp_js", "DOUBLE", "mean EDP, active devices"),
+    ("edp_all_js", "DOUBLE", "mean EDP including idle devices"),
+    ("baseline", "VARCHAR", "what EDP is normalized to: ranks, or the --baseline levels"),
+    ("baseline_config", "INTEGER", "the baseline configuration; NULL if not measured"),
+    ("time_speedup", "DOUBLE", "baseline run_s / run_s"),
+    ("edp_norm", "DOUBLE", "edp_js / the baseline's"),
+    ("edp_all_norm", "DOUBLE", "edp_all_js / the baseline's"),
+)
+
+SWEEP_ENERGY_TABLES = (ENERGY_RUNS, ENERGY_CONFIGURATIONS)
+
+
 def markdown() -> str:
     """The schema as Markdown (docs/schema.md is generated from this)."""
     out = ["# Tables written by `analyze phases`", "", __doc__.strip().split("\n\n", 1)[1], ""]
@@ -371,10 +579,14 @@ def markdown() -> str:
     out += [f"- `phase`: {', '.join(p.value for p in Phase)}"]
     out += [f"- `regions.category`: {', '.join(c.value for c in Category)}"]
     out += [f"- `regions.rule`: {', '.join(r.value for r in Rule)}"]
-    out += [f"- `collectives.source`: {', '.join(s.value for s in CollectiveSource)}", ""]
+    out += [f"- `collectives.source`: {', '.join(s.value for s in CollectiveSource)}"]
+    out += [f"- `metric_channels.quantity`: {', '.join(q.value for q in Quantity)}"]
+    out += [f"- `device` (metric_channels, energy tables): {', '.join(d.value for d in Device)}"]
+    out += [f"- `energy_devices.source`: {', '.join(s.value for s in EnergySource)}", ""]
     out += ["# Tables written by `analyze compare`", "",
             "In `SWEEP/compare.duckdb`, across the runs of a sweep (docs/experiments.md).", ""]
     out += _markdown_tables(SWEEP_TABLES)
+    out += _markdown_tables(SWEEP_ENERGY_TABLES)
     return "\n".join(out)
 
 

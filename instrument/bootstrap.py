@@ -9,6 +9,8 @@ comes from the environment, so any launcher that passes the environment through 
 - ``DLTRACE_CLOCK_SERVER``: ``host:port`` of the reference clock; without it, rank 0 serves
   its own clock and publishes the address in the run directory.
 - ``DLTRACE_BUFFER_EVENTS``, ``DLTRACE_FLUSH_INTERVAL_S``: buffer size and periodic flush.
+- ``DLTRACE_POWER`` (``off``), ``DLTRACE_POWER_INTERVAL_S``, ``DLTRACE_POWERCAP_ROOT``: the
+  per-host power sampler (instrument/power; docs/energy.md).
 - rank and size: ``RANK``/``WORLD_SIZE`` (torchrun and our launcher), or Open MPI, PMI, Slurm
   and Horovod's variables.
 
@@ -33,6 +35,7 @@ from types import FrameType, ModuleType
 from instrument.hooks import horovod_timeline
 from instrument.hooks.importer import PostImportHooks
 from instrument.launch.rank_env import RankEnvError, rank_from_env, torch_env
+from instrument.power import sampler as power
 from instrument.tracer import recorder
 from instrument.tracer.builtin import DEFAULT_CAPACITY, DEFAULT_FLUSH_INTERVAL_S, Tracer
 from instrument.tracer.clock import ClockServer, parse_address
@@ -133,6 +136,8 @@ def run(script: str, args: list[str]) -> None:
         raise SystemExit(2) from None
     recorder.install(tracer)
     os.environ.update(torch_env(dict(os.environ)))
+    if os.environ.get("DLTRACE_TRACER") != "scorep":  # Score-P has its own metric plugins
+        power.attach(tracer, dict(os.environ))
     tracer.sync_clock("start")
     horovod_timeline.request(os.environ, tracer.run_dir, tracer.rank)
 

@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(ns: argparse.Namespace) -> int:
     import duckdb
 
-    from analyze import background
+    from analyze import background, power
     from analyze.tables import database, phases
 
     paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
@@ -36,7 +36,17 @@ def run(ns: argparse.Namespace) -> int:
         table = phases.summary(con)
         source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
         horovod = background.summary(con) if background.available(con) else None
+        energy = power.per_rank(con) if power.available(con) else None
+    if energy is not None and len(energy):  # the trace has power: energy columns too
+        per = energy.set_index("rank")
+        table["step_J"] = table["rank"].map(per["step_j"]).round(2)
+        table["W"] = table["rank"].map(per["power_w"]).round(1)
     print(table.to_string(index=False, na_rep="0.0"))
+    if energy is not None and len(energy):
+        split = {p: energy[f"{p}_j"].sum() for p in power.PHASE_COLUMNS}
+        total = sum(split.values()) or float("nan")
+        print("energy by phase (active devices, all ranks): " + ", ".join(
+            f"{p} {100 * j / total:.1f}%" for p, j in split.items() if j) + " (analyze energy RUN for devices)")
     if horovod is not None and not horovod.empty:
         print("\nHorovod's background thread (its timeline; overlapping activities, see docs/horovod.md):")
         print(horovod.to_string(index=False, na_rep="-"))

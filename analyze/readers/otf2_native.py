@@ -23,6 +23,7 @@ from analyze.readers.columns import (
     COLLECTIVE_COLUMNS,
     INTERVAL_COLUMNS,
     MESSAGE_COLUMNS,
+    METRIC_COLUMNS,
     Chunk,
     Definitions,
     ReadStats,
@@ -104,13 +105,14 @@ def _chunks(anchor: Path, readers: list[Any], chunk_rows: int) -> Iterator[Chunk
             for fut in done:
                 reader = pending.pop(fut)
                 try:
-                    intervals, collectives, messages, events, finished = fut.result()
+                    intervals, collectives, messages, metrics, events, finished = fut.result()
                 except codec.native().Error as e:  # type: ignore[union-attr]
                     raise ReaderError(f"cannot read the events of {anchor}: {e}") from None
                 if not finished:
                     pending[pool.submit(reader.read, chunk_rows)] = reader
                 yield Chunk(_table(intervals, INTERVAL_COLUMNS), _table(collectives, COLLECTIVE_COLUMNS),
-                            _table(messages, MESSAGE_COLUMNS), int(events))
+                            _table(messages, MESSAGE_COLUMNS), int(events),
+                            metrics=_table(metrics, METRIC_COLUMNS))
         stats = ReadStats()
         for r in readers:
             events, leaves, truncated, ends = r.stats()

@@ -23,11 +23,19 @@ import pandas as pd
 
 from analyze.errors import AnalyzeError
 from analyze.readers import dispatch
-from analyze.readers.columns import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, Definitions, ReadStats
+from analyze.readers.columns import (
+    COLLECTIVE_COLUMNS,
+    MESSAGE_COLUMNS,
+    METRIC_COLUMNS,
+    Definitions,
+    ReadStats,
+)
 from analyze.schema import SCHEMA_VERSION, TABLES
 from analyze.tables import pattern_set
 from analyze.tables.collectives import build_collectives, build_p2p
+from analyze.tables.energy import build_energy
 from analyze.tables.loading import IntervalLoader, Progress, c_stderr_captured, load_columns
+from analyze.tables.metrics import build_metrics
 from analyze.tables.named import build_named
 from analyze.tables.pattern_set import PatternSet
 from analyze.tables.phases import build_phases
@@ -162,13 +170,14 @@ def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
     for table in TABLES:
         con.execute(table.ddl())
     con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
-    for name, spec in (("raw_collectives", COLLECTIVE_COLUMNS), ("raw_messages", MESSAGE_COLUMNS)):
+    for name, spec in (("raw_collectives", COLLECTIVE_COLUMNS), ("raw_messages", MESSAGE_COLUMNS),
+                       ("raw_metrics", METRIC_COLUMNS)):
         cols = ", ".join(f"{c} {_sql_type(t)}" for c, t in spec.items())
         con.execute(f"CREATE TEMP TABLE {name} ({cols})")
 
 
 def _sql_type(t: type) -> str:
-    return {"int64": "BIGINT", "int32": "INTEGER", "int8": "TINYINT", "bool": "BOOLEAN"}[
+    return {"int64": "BIGINT", "int32": "INTEGER", "int8": "TINYINT", "bool": "BOOLEAN", "float64": "DOUBLE"}[
         pd.api.types.pandas_dtype(t).name]
 
 
@@ -188,6 +197,7 @@ def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
                 loader.add(chunk.intervals)
                 load_columns(con, "raw_collectives", chunk.collectives)
                 load_columns(con, "raw_messages", chunk.messages)
+                load_columns(con, "raw_metrics", chunk.metrics)
                 progress.add(chunk.events)
                 if chunk.stats is not None:
                     stats = chunk.stats
@@ -217,6 +227,8 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
     build_p2p(con)
     step_source = build_steps(con, step_region)
     build_phases(con)
+    build_metrics(con, defs)
+    build_energy(con, ours=defs.creator.startswith("dltrace"))
     _run_row(con, paths, defs, stats, used)
     _insert(con, BUILD_INFO, [
         ("signature", signature), ("step_source", step_source), ("patterns", names.origin),

@@ -119,10 +119,10 @@ def sweep_intervals(
     """The phase timeline inside the steps: start_ns, end_ns, phase, step (index into the
     step arrays), with adjacent pieces of the same phase and step merged."""
     bounds, codes = labelled_bounds(seg_start, seg_end, seg_level, np.concatenate([step_start, step_end]))
-    if len(codes) == 0:
-        return pd.DataFrame({"start_ns": [], "end_ns": [], "phase": [], "step": []})
-    step = _step_of(bounds[:-1], step_start, step_end)
+    step = _step_of(bounds[:-1], step_start, step_end) if len(codes) else np.zeros(0, dtype=np.int64)
     keep = step >= 0
+    if not keep.any():  # nothing inside a step (e.g. only zero-length steps)
+        return pd.DataFrame({"start_ns": [], "end_ns": [], "phase": [], "step": []})
     left, right, codes, step = bounds[:-1][keep], bounds[1:][keep], codes[keep], step[keep]
     # a new run starts where the phase or the step changes, or where there is a gap
     new = np.ones(len(codes), dtype=bool)

@@ -41,3 +41,8 @@ def test_merge(tmp_path: Path) -> None:
 def test_overhead() -> None:
     out = bench("bench.overhead", "--repeat", "1", "--steps", "3", "--batch-size", "4")
     assert "ratio to none" in out and "torch.profiler" in out
+
+
+def test_power_sampler() -> None:
+    out = bench("bench.power_sampler", "--samples", "20")
+    assert "CPU us/sample" in out and "% of a core" in out

@@ -1,4 +1,4 @@
-/* Reader: OTF2 events of some locations -> interval, collective and message columns.
+/* Reader: OTF2 events of some locations -> interval, collective, message and metric columns.
  *
  * Applies exactly the rules of analyze/columns.py (IntervalBuilder), location by location:
  * each Reader owns its own OTF2_Reader over the archive and reads its locations one after
@@ -48,7 +48,7 @@ typedef struct {
     /* ticks -> ns */
     uint64_t offset, resolution;
     /* results since the last read() */
-    Table iv, co, me;
+    Table iv, co, me, mt;
     uint64_t events, unmatched_leaves, truncated, unmatched_coll_ends;
     int out_of_memory;
     int busy;
@@ -57,6 +57,7 @@ typedef struct {
 static const size_t IV_WIDTHS[] = {8, 4, 8, 8, 4, 8, 8, 8, 1};
 static const size_t CO_WIDTHS[] = {8, 4, 8, 8, 8, 4, 8, 8, 8, 8};
 static const size_t ME_WIDTHS[] = {8, 4, 1, 8, 8, 8, 8, 8, 8};
+static const size_t MT_WIDTHS[] = {8, 4, 8, 4, 8, 8};
 
 #define COL(t, i, type) (((type *)(t)->data[i])[(t)->rows])
 
@@ -239,6 +240,43 @@ static OTF2_CallbackCode on_irecv(OTF2_LocationRef loc, OTF2_TimeStamp time, uin
     return message(ud, time, 1, sender, comm, tag, length);
 }
 
+/* One row per value (analyze.columns METRIC_COLUMNS); values as float64, INT64 and UINT64
+ * converted by C's rules (round to nearest), as Python's float() converts them. */
+static OTF2_CallbackCode on_metric(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
+                                   void *ud, OTF2_AttributeList *attrs, OTF2_MetricRef metric,
+                                   uint8_t n, const OTF2_Type *types,
+                                   const OTF2_MetricValue *values) {
+    (void)loc, (void)pos, (void)attrs;
+    Reader *r = ud;
+    int64_t t = to_ns(r, time);
+    r->events++;
+    r->last_t = t;
+    Table *mt = &r->mt;
+    if (table_reserve(mt, n) < 0)
+        return out_of_memory(r);
+    for (uint8_t i = 0; i < n; i++) {
+        double v;
+        switch (types[i]) {
+        case OTF2_TYPE_INT64:
+            v = (double)values[i].signed_int;
+            break;
+        case OTF2_TYPE_UINT64:
+            v = (double)values[i].unsigned_int;
+            break;
+        default:
+            v = values[i].floating_point;
+        }
+        COL(mt, 0, int64_t) = (int64_t)r->locs[r->cur];
+        COL(mt, 1, int32_t) = r->ranks[r->cur];
+        COL(mt, 2, int64_t) = (int64_t)metric;
+        COL(mt, 3, int32_t) = (int32_t)i;
+        COL(mt, 4, int64_t) = t;
+        COL(mt, 5, double) = v;
+        mt->rows++;
+    }
+    return OTF2_CALLBACK_SUCCESS;
+}
+
 /* Any other event only counts as the location's latest activity. */
 static OTF2_CallbackCode on_other(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
                                   void *ud, OTF2_AttributeList *attrs) {
@@ -258,7 +296,7 @@ static OTF2_CallbackCode on_other(OTF2_LocationRef loc, OTF2_TimeStamp time, uin
     X(CommCreate) X(CommDestroy) X(IoAcquireLock) X(IoChangeStatusFlags) X(IoCreateHandle)     \
     X(IoDeleteFile) X(IoDestroyHandle) X(IoDuplicateHandle) X(IoOperationBegin)                \
     X(IoOperationCancelled) X(IoOperationComplete) X(IoOperationIssued) X(IoOperationTest)     \
-    X(IoReleaseLock) X(IoSeek) X(IoTryLock) X(MeasurementOnOff) X(Metric) X(MpiIrecvRequest)   \
+    X(IoReleaseLock) X(IoSeek) X(IoTryLock) X(MeasurementOnOff) X(MpiIrecvRequest)             \
     X(MpiIsendComplete) X(MpiRequestCancelled) X(MpiRequestTest)                               \
     X(NonBlockingCollectiveComplete) X(NonBlockingCollectiveRequest) X(OmpAcquireLock)         \
     X(OmpFork) X(OmpJoin) X(OmpReleaseLock) X(OmpTaskComplete) X(OmpTaskCreate)                \
@@ -280,6 +318,7 @@ static void set_callbacks(OTF2_EvtReaderCallbacks *cbs) {
     OTF2_EvtReaderCallbacks_SetMpiIsendCallback(cbs, on_isend);
     OTF2_EvtReaderCallbacks_SetMpiRecvCallback(cbs, on_recv);
     OTF2_EvtReaderCallbacks_SetMpiIrecvCallback(cbs, on_irecv);
+    OTF2_EvtReaderCallbacks_SetMetricCallback(cbs, on_metric);
     /* records newer than this OTF2 (MPI_Mprobe & co. in 3.1) arrive as unknown */
     OTF2_EvtReaderCallbacks_SetUnknownCallback(cbs, on_other);
 #define X(name) \
@@ -355,6 +394,7 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
     table_init(&r->iv, 9, IV_WIDTHS);
     table_init(&r->co, 10, CO_WIDTHS);
     table_init(&r->me, 9, ME_WIDTHS);
+    table_init(&r->mt, 6, MT_WIDTHS);
 
     r->otf2 = OTF2_Reader_Open(anchor);
     if (r->otf2 == NULL) {
@@ -439,6 +479,7 @@ static void reader_dealloc(PyObject *self) {
     table_free(&r->iv);
     table_free(&r->co);
     table_free(&r->me);
+    table_free(&r->mt);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -461,7 +502,8 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
     OTF2_ErrorCode rc = OTF2_SUCCESS;
     int too_many = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (r->cur < r->nloc && r->iv.rows + r->co.rows + r->me.rows < (size_t)max_rows) {
+    while (r->cur < r->nloc &&
+           r->iv.rows + r->co.rows + r->me.rows + r->mt.rows < (size_t)max_rows) {
         uint64_t got = 0;
         rc = OTF2_Reader_ReadLocalEvents(r->otf2, r->evt[r->cur], batch, &got);
         if (rc != OTF2_SUCCESS || r->out_of_memory)
@@ -501,14 +543,16 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
                  (unsigned long long)r->locs[r->cur]);
         return otf2_error(what, rc);
     }
-    PyObject *iv = table_take(&r->iv), *co = table_take(&r->co), *me = table_take(&r->me);
-    if (!iv || !co || !me) {
+    PyObject *iv = table_take(&r->iv), *co = table_take(&r->co), *me = table_take(&r->me),
+             *mt = table_take(&r->mt);
+    if (!iv || !co || !me || !mt) {
         Py_XDECREF(iv);
         Py_XDECREF(co);
         Py_XDECREF(me);
+        Py_XDECREF(mt);
         return NULL;
     }
-    return Py_BuildValue("(NNNKO)", iv, co, me, (unsigned long long)(r->events - events_before),
+    return Py_BuildValue("(NNNNKO)", iv, co, me, mt, (unsigned long long)(r->events - events_before),
                          r->cur == r->nloc ? Py_True : Py_False);
 }
 
@@ -533,7 +577,7 @@ static PyObject *reader_close(PyObject *self, PyObject *unused) {
 
 static PyMethodDef reader_methods[] = {
     {"read", reader_read, METH_VARARGS,
-     "read(max_rows) -> (intervals, collectives, messages, events, done)\n"
+     "read(max_rows) -> (intervals, collectives, messages, metrics, events, done)\n"
      "Read on until about max_rows rows are ready (or the locations end), without the GIL.\n"
      "Each table is a tuple of Columns in analyze.columns order."},
     {"stats", reader_stats, METH_NOARGS,
