@@ -100,6 +100,7 @@ class Definitions:
     locations: list[LocationDef] = field(default_factory=list)
     regions: list[RegionDef] = field(default_factory=list)
     comms: list[CommDef] = field(default_factory=list)
+    notes: dict[str, str] = field(default_factory=dict)  # reader facts for build_info
 
 
 @dataclass
@@ -119,6 +120,9 @@ class Chunk:
     messages: dict[str, np.ndarray]
     events: int  # events consumed to produce this chunk
     stats: ReadStats | None = None  # on the last chunk only
+    # rows of other tables (declared in analyze/schema.py, columns in their order), from
+    # readers of formats that carry more than OTF2 does (Kineto: event args, correlations)
+    tables: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 class _Columns:

@@ -46,14 +46,16 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
             SELECT rc.rank, rc.location_id, NOT l.is_main AS is_async,
                    rc.interval_idx, i.region_id, rc.comm_id, o.name AS op,
                    CASE WHEN rc.root < 0 THEN NULL ELSE rc.root END AS root,
-                   rc.bytes_sent, rc.bytes_recv,
+                   -- negative: not known (a Kineto NCCL kernel without its args)
+                   CASE WHEN rc.bytes_sent < 0 THEN NULL ELSE rc.bytes_sent END AS bytes_sent,
+                   CASE WHEN rc.bytes_recv < 0 THEN NULL ELSE rc.bytes_recv END AS bytes_recv,
                    coalesce(i.start_ns, rc.begin_ns) AS enter_ns,
                    coalesce(i.end_ns, rc.end_ns) AS leave_ns
             FROM raw_collectives rc
             JOIN locations l USING (location_id)
-            JOIN op_names o ON o.op = rc.op
+            LEFT JOIN op_names o ON o.op = rc.op  -- no name (NULL op): the operation is unknown
             LEFT JOIN ci i ON i.location_id = rc.location_id AND i.idx = rc.interval_idx
-            WHERE o.name NOT IN {NOT_DATA}
+            WHERE o.name IS NULL OR o.name NOT IN {NOT_DATA}
         ),
         s AS (
             SELECT *, row_number() OVER (

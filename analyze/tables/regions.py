@@ -1,11 +1,15 @@
 """Classify regions for the phase model, from their names, paradigms and roles.
 
 Our own markers are recognised by name (``dltrace.step`` ...), also with the ``user:`` prefix
-Score-P gives user regions, so traces from both backends classify alike. Everything else
-goes by OTF2 paradigm and role, as Score-P writes them (see docs/phase-model.md).
+Score-P gives user regions, so traces from both backends classify alike; so are the names
+PyTorch's profiler gives steps, data loading, optimizer steps and device synchronization.
+Everything else goes by OTF2 paradigm and role, as Score-P writes them (see
+docs/phase-model.md); accelerator kernels and copies by their roles (docs/gpu.md).
 """
 
 from __future__ import annotations
+
+import re
 
 from analyze.schema import Category
 
@@ -24,6 +28,14 @@ OVERHEAD_NAMES = {"TRACE BUFFER FLUSH", "MEASUREMENT OFF"}
 COLLECTIVE_ROLES = {"coll_all2all", "coll_one2all", "coll_all2one", "coll_other", "barrier"}
 # Thread-level synchronization (OpenMP, pthreads) is not communication between ranks.
 THREAD_PARADIGMS = {"openmp", "pthread", "winthread", "qtthread", "acethread", "tbbthread"}
+# What PyTorch's profiler (Kineto) names steps, data loading, optimizer steps and the runtime
+# calls that block the host until the device is done.
+KINETO_NAMES = (
+    (re.compile(r"ProfilerStep#\d+"), Category.STEP),
+    (re.compile(r"enumerate\(DataLoader\)#.*"), Category.DATALOADER),
+    (re.compile(r"Optimizer\.step#.*"), Category.OPTIMIZER),
+    (re.compile(r"(cuda|hip)(Device|Stream|Event)Synchronize"), Category.WAIT),
+)
 
 
 def classify(name: str, paradigm: str, role: str) -> Category:
@@ -33,6 +45,13 @@ def classify(name: str, paradigm: str, role: str) -> Category:
         return MARKERS[base]
     if name in OVERHEAD_NAMES:
         return Category.OVERHEAD
+    if role == "kernel":
+        return Category.KERNEL
+    if role == "data_transfer":
+        return Category.MEMORY
+    for pattern, category in KINETO_NAMES:
+        if pattern.fullmatch(name):
+            return category
     if paradigm in THREAD_PARADIGMS:
         return Category.FUNCTION
     if role in COLLECTIVE_ROLES:
