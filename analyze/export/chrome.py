@@ -34,6 +34,7 @@ import duckdb
 
 from analyze.errors import AnalyzeError
 from analyze.schema import Category
+from analyze.tables.device_phases import ACCELERATOR_PARADIGMS
 from traceio import chrome
 from traceio.chrome import Slice
 
@@ -91,7 +92,8 @@ def _intervals(con: duckdb.DuckDBPyConnection, rank: int) -> Iterator[dict[str, 
                    any_value(c.ranks_matched) AS ranks_matched
             FROM collectives c LEFT JOIN communicators m USING (comm_id)
             WHERE c.rank = $r GROUP BY c.location_id, c.interval_idx)
-        SELECT i.location_id, i.idx, i.start_ns, i.end_ns, r.name, r.category, e.cat, e.args, e.extra,
+        SELECT i.location_id, i.idx, i.start_ns, i.end_ns, r.name, r.category, r.paradigm, r.role,
+               e.cat, e.args, e.extra,
                c.op, c.bytes, c.bytes_sent, c.bytes_recv, c.comm, c.members, c.seq, c.wait_ns,
                c.transfer_ns, c.ranks_matched, k.correlation
         FROM intervals i JOIN regions r USING (region_id)
@@ -111,8 +113,9 @@ def _cat(row: dict[str, Any], kind: str) -> str:
         return row["cat"]  # type: ignore[no-any-return]
     category = row["category"]
     if kind == "accelerator_stream":
-        if category in (Category.KERNEL, Category.COLLECTIVE) or row["op"] is not None:
-            return "kernel"
+        if category in (Category.KERNEL, Category.COLLECTIVE) or row["op"] is not None or (
+                row["paradigm"] in ACCELERATOR_PARADIGMS and row["role"] in ("function", "kernel")):
+            return "kernel"  # (Score-P writes CUDA kernels as functions of paradigm cuda)
         if category == Category.MEMORY:
             return "gpu_memset" if str(row["name"]).startswith("Memset") else "gpu_memcpy"
         return "gpu_user_annotation"
