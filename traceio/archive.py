@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from otf2.enums import CollectiveOp, RegionRole
+from otf2.enums import CollectiveOp, LocationType, RegionRole
 
 from traceio.records import Op, Role
 
@@ -21,7 +21,7 @@ class LocationSpec:
     rank: int
     index: int  # 0: main thread; then other threads; then communication lanes
     name: str
-    kind: str  # "main", "thread" or "comm_lane"
+    kind: str  # "main", "thread", "comm_lane", "timeline", "tracer" or "accelerator_stream"
     records: np.ndarray  # EVENT_DTYPE, kinds ENTER / LEAVE / COLL_BEGIN / COLL_END, time-ordered
 
     @property
@@ -62,6 +62,9 @@ OTF2_ROLE = {
     Role.POINT2POINT: RegionRole.POINT2POINT,
     Role.WAIT: RegionRole.TASK_WAIT,
     Role.ARTIFICIAL: RegionRole.ARTIFICIAL,
+    Role.KERNEL: RegionRole.KERNEL,
+    Role.DATA_TRANSFER: RegionRole.DATA_TRANSFER,
+    Role.COLL_OTHER: RegionRole.COLL_OTHER,
 }
 OTF2_OP = {
     Op.BARRIER: CollectiveOp.BARRIER,
@@ -73,7 +76,10 @@ OTF2_OP = {
     Op.REDUCE: CollectiveOp.REDUCE,
     Op.ALLREDUCE: CollectiveOp.ALLREDUCE,
     Op.REDUCE_SCATTER: CollectiveOp.REDUCE_SCATTER,
+    Op.ALLTOALLV: CollectiveOp.ALLTOALLV,
 }
+# OTF2 location type of each location kind (what is not listed is a CPU thread)
+OTF2_LOCATION_TYPE = {"accelerator_stream": LocationType.ACCELERATOR_STREAM}
 UNDEFINED_ROOT = 0xFFFFFFFF
 
 

@@ -18,7 +18,14 @@ import numpy as np
 from otf2.enums import CollectiveOp, GroupType, LocationGroupType, LocationType, Paradigm, Undefined
 
 from traceio import codec
-from traceio.archive import OTF2_OP, OTF2_ROLE, TIMER_RESOLUTION, ArchiveSpec, time_span
+from traceio.archive import (
+    OTF2_LOCATION_TYPE,
+    OTF2_OP,
+    OTF2_ROLE,
+    TIMER_RESOLUTION,
+    ArchiveSpec,
+    time_span,
+)
 from traceio.records import EVENT_DTYPE, Role
 
 UNDEFINED = 0xFFFFFFFF
@@ -88,7 +95,8 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
                 raise ValueError(f"location {loc.name!r} of rank {rank.rank}: records are not EVENT_DTYPE")
             if loc.kind == "main":
                 main_of[rank.rank] = len(locations)
-            locations.append((s(loc.name), LocationType.CPU_THREAD.value, group, records, offsets))
+            otf2_type = OTF2_LOCATION_TYPE.get(loc.kind, LocationType.CPU_THREAD)
+            locations.append((s(loc.name), otf2_type.value, group, records, offsets))
             kinds.append(loc.kind)
     properties = [(ref, s("dltrace::kind"), s(kind)) for ref, kind in enumerate(kinds)]
     regions = [

@@ -1,7 +1,8 @@
 """Write an :class:`~traceio.archive.ArchiveSpec` as an OTF2 archive with the ``otf2`` package.
 
 Layout follows Score-P's so that Vampir, ``otf2-print`` and other readers treat it alike: one
-PROCESS location group per rank, CPU_THREAD locations, communicators as a COMM_LOCATIONS
+PROCESS location group per rank, CPU_THREAD locations (ACCELERATOR_STREAM for device streams
+imported from torch.profiler), communicators as a COMM_LOCATIONS
 group of the ranks' main threads plus one COMM_GROUP and COMM per communicator, collectives
 as Enter, MpiCollectiveBegin, MpiCollectiveEnd, Leave. Timestamps are each rank's own clock
 in nanoseconds; each location carries its rank's ClockOffset records, which readers
@@ -26,6 +27,7 @@ from otf2.enums import CollectiveOp, GroupType, LocationGroupType, LocationType,
 from traceio import codec, native_writer
 from traceio.archive import (
     ARCHIVE_NAME,
+    OTF2_LOCATION_TYPE,
     OTF2_OP,
     OTF2_ROLE,
     TIMER_RESOLUTION,
@@ -88,7 +90,8 @@ def _write(spec: ArchiveSpec, directory: Path) -> None:
             group = defs.location_group(f"rank {rank.rank}", system_tree_parent=node,
                                         location_group_type=LocationGroupType.PROCESS)
             for loc in rank.locations:
-                location = defs.location(loc.name, group=group, type=LocationType.CPU_THREAD)
+                location = defs.location(loc.name, group=group,
+                                         type=OTF2_LOCATION_TYPE.get(loc.kind, LocationType.CPU_THREAD))
                 defs.location_property(location, "dltrace::kind", value=loc.kind)
                 if loc.kind == "main":
                     main_locations[rank.rank] = location
