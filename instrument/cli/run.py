@@ -41,21 +41,31 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--horovod-timeline", action="store_true",
                    help="also record Horovod's own timeline and import it into the trace "
                    "(costs about a core on rank 0; docs/horovod.md)")
+    p.add_argument("--device-activity", action="store_true",
+                   help="also run torch.profiler on each rank (CPU and GPU activity, no shapes or "
+                   "stacks) and import its kernels, copies and NCCL kernels into the trace on the "
+                   "run's clock; on a machine without a GPU, CPU activity only (docs/gpu.md)")
     p.add_argument("script", help="the training script, run unmodified")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(command=run)
 
 
 def run(ns: argparse.Namespace, argv: list[str]) -> int:
-    from instrument.hooks import horovod_timeline
+    from instrument.errors import UsageError
+    from instrument.hooks import device_activity, horovod_timeline
     from instrument.launch import job
 
+    env = {horovod_timeline.OPT_IN: "1"} if ns.horovod_timeline else {}
+    if ns.device_activity:
+        if ns.tracer != "builtin":
+            raise UsageError(f"--device-activity needs the built-in tracer, not --tracer {ns.tracer}; "
+                             "drop one of the two.")
+        env[device_activity.OPT_IN] = "1"
     config = job.LaunchConfig(
         script=ns.script, args=ns.args, nprocs=ns.nprocs, name=ns.name, out=ns.out,
         tracer=ns.tracer, launcher=ns.launcher, grace_s=ns.grace,
         launcher_args=shlex.split(ns.launcher_args), scorep_args=shlex.split(ns.scorep_args),
-        scorep_filter=ns.scorep_filter,
-        env={horovod_timeline.OPT_IN: "1"} if ns.horovod_timeline else {},
+        scorep_filter=ns.scorep_filter, env=env,
         command_line=["instrument", *argv],
     )
     result = job.run(config)
