@@ -40,7 +40,7 @@ CPU_THREAD = "cpu_thread"
 TIMELINE = "timeline"
 
 STEP_NAME = re.compile(r"ProfilerStep#\d+")
-MEMORY_CATS = ("gpu_memcpy", "gpu_memset")
+MEMORY_CATS = ("gpu_memcpy", "gpu_memset", "memcpy", "memset")
 KERNEL_CAT = "kernel"
 
 # torch's dtype names as Kineto writes them (ScalarType names) -> bytes per element
@@ -70,13 +70,27 @@ _ROLE_OF_OP = {"bcast": "coll_one2all", "scatter": "coll_one2all", "reduce": "co
                "gather": "coll_all2one", "barrier": "barrier"}
 
 
+def _cat(s: Slice) -> str:
+    """The category in lower case (early Kineto versions wrote Kernel, Memcpy, Memset)."""
+    return s.cat.lower() if isinstance(s.cat, str) else ""
+
+
 def is_device(s: Slice) -> bool:
     """GPU activity: kernels, memory copies and sets, GPU-side annotations."""
-    return s.cat == KERNEL_CAT or (s.cat is not None and s.cat.startswith("gpu_"))
+    c = _cat(s)
+    return c == KERNEL_CAT or c.startswith("gpu_") or c in ("memcpy", "memset")
+
+
+def is_kernel(s: Slice) -> bool:
+    return _cat(s) == KERNEL_CAT
+
+
+def is_memory(s: Slice) -> bool:
+    return _cat(s) in MEMORY_CATS
 
 
 def is_collective_kernel(s: Slice) -> bool:
-    return s.cat == KERNEL_CAT and s.name[:4].lower() in ("nccl", "rccl")
+    return is_kernel(s) and s.name[:4].lower() in ("nccl", "rccl")
 
 
 def collective_op(s: Slice) -> str | None:
@@ -140,9 +154,9 @@ def role(s: Slice, op: str | None = None) -> str:
     """The region role (traceio.records.Role values) a slice is recorded with."""
     if is_collective_kernel(s):
         return _ROLE_OF_OP.get(op or "", "coll_all2all" if op else "coll_other")
-    if s.cat == KERNEL_CAT:
+    if is_kernel(s):
         return "kernel"
-    if s.cat in MEMORY_CATS:
+    if is_memory(s):
         return "data_transfer"
     return "function"
 
@@ -291,7 +305,7 @@ def correlations(trace: ChromeTrace, device_slices: Iterable[int],
     missing = 0
     for i in device_slices:
         s = trace.slices[i]
-        if s.cat == "gpu_user_annotation":
+        if not (is_kernel(s) or is_memory(s)):
             continue  # annotations are not launched
         c = (s.args or {}).get("correlation")
         if c is not None and c in launch_of:

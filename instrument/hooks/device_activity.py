@@ -228,7 +228,7 @@ class _Importer:
                 self.rec.enter_on(lane[0], rid, start)
             lane[1].append(_Open(rid, start, end, s, coll))
             self.counts["slices"] += 1
-            self.counts["kernels"] += s.cat == kineto.KERNEL_CAT
+            self.counts["kernels"] += kineto.is_kernel(s)
             self.counts["collectives"] += coll
         for lane in lanes:
             while lane[1]:
