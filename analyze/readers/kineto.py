@@ -101,52 +101,59 @@ def trace_files(path: Path) -> list[Path]:
     return sorted(found, key=_natural)
 
 
-def _ranks(traces: list[ChromeTrace]) -> tuple[list[int], str]:
-    given = [(t.header.get("distributedInfo") or {}).get("rank") for t in traces]
+def _ranks(heads: list[tuple[Path, dict[str, Any]]]) -> tuple[list[int], str]:
+    given = [(h.get("distributedInfo") or {}).get("rank") for _, h in heads]
     ranks = [r for r in given if isinstance(r, int) and not isinstance(r, bool)]
-    if len(ranks) == len(traces):
+    if len(ranks) == len(heads):
         seen: dict[int, Path] = {}
-        for r, t in zip(ranks, traces, strict=True):
+        for r, (path, _) in zip(ranks, heads, strict=True):
             if r in seen:
-                raise KinetoError(f"{seen[r].name} and {t.path.name} both say they are rank {r} "
+                raise KinetoError(f"{seen[r].name} and {path.name} both say they are rank {r} "
                                   "(distributedInfo.rank); keep one file per rank in the directory")
-            seen[r] = t.path
+            seen[r] = path
         return ranks, "distributedInfo.rank"
-    return list(range(len(traces))), "file order (not every file has a distinct distributedInfo.rank)"
+    return list(range(len(heads))), "file order (not every file has a distinct distributedInfo.rank)"
 
 
 def read(path: Path, chunk_rows: int = 500_000) -> tuple[Definitions, Iterator[Chunk]]:
     """Read the trace files of ``path`` (a directory or one file); definitions and chunks.
 
+    Two passes, one file in memory at a time: the first finds each file's rank and time span
+    (the tables count from the earliest event of any rank), the second reads each file again
+    into its rank's chunk, adding its locations, regions and communicators to the definitions
+    on the way (they are complete once the chunks are consumed, as for the OTF2 readers).
     Raises :class:`KinetoError` or :class:`traceio.chrome.ChromeTraceError` for unusable input.
     """
     files = trace_files(path)
     if not files:
         raise KinetoError(f"{path} holds no Chrome trace JSON files (*.json or *.json.gz with traceEvents)")
-    traces = [chrome.load(f) for f in files]
-    ranks, rank_source = _ranks(traces)
-    starts = [s.start_ns for t in traces for s in t.slices]
+    heads: list[tuple[Path, dict[str, Any]]] = []
+    starts, ends = [], []
+    for f in files:
+        t = chrome.load(f)
+        heads.append((f, t.header))
+        if t.slices:
+            starts.append(min(s.start_ns for s in t.slices))
+            ends.append(max(s.end_ns for s in t.slices))
+    ranks, rank_source = _ranks(heads)
     if not starts:
         raise KinetoError(f"the trace files in {path} hold no timed events")
     offset = min(starts)
-    end = max(s.end_ns for t in traces for s in t.slices)
     epoch = offset > 10**18  # after 2001-09-09: the times are epoch (Kineto: base + ts)
-    defs = Definitions(anchor=Path(path), creator=_creator(traces[0]), resolution=1_000_000_000,
-                       global_offset=offset, length_ticks=end - offset,
+    defs = Definitions(anchor=Path(path), creator=_creator(heads[0][1]), resolution=1_000_000_000,
+                       global_offset=offset, length_ticks=max(ends) - offset,
                        realtime_ns=offset if epoch else None)
     defs.notes["ranks_from"] = rank_source
-    layout = [_layout(t, rank, defs) for t, rank in zip(traces, ranks, strict=True)]
-    worlds = {(t.header.get("distributedInfo") or {}).get("world_size") for t in traces}
+    worlds = {(h.get("distributedInfo") or {}).get("world_size") for _, h in heads}
     world = worlds.pop() if len(worlds) == 1 else None
     default = list(range(world)) if isinstance(world, int) and world >= max(ranks) + 1 else sorted(ranks)
-    _communicators(traces, layout, default, defs)
-    return defs, _chunks(traces, ranks, layout, default, defs)
+    return defs, _chunks(files, ranks, default, defs)
 
 
-def _creator(t: ChromeTrace) -> str:
-    version = t.header.get("schemaVersion")
+def _creator(header: dict[str, Any]) -> str:
+    version = header.get("schemaVersion")
     return "PyTorch profiler (Kineto)" + (f", schema {version}" if version is not None else "") \
-        if "schemaVersion" in t.header or "distributedInfo" in t.header else "Chrome trace JSON"
+        if "schemaVersion" in header or "distributedInfo" in header else "Chrome trace JSON"
 
 
 class _Rank:
@@ -155,80 +162,68 @@ class _Rank:
     def __init__(self, tracks: list[kineto.Track], location_ids: list[int]):
         self.tracks = tracks
         self.location_ids = location_ids
-        self.ops: dict[int, str | None] = {}  # collective kernel slice -> op
         self.where: dict[int, tuple[int, int]] = {}  # slice -> (location_id, idx)
         for t, loc in zip(tracks, location_ids, strict=True):
             for pos, i in enumerate(t.slices):
                 self.where[i] = (loc, pos)
 
 
-def _layout(t: ChromeTrace, rank: int, defs: Definitions) -> _Rank:
+def _layout(t: ChromeTrace, rank: int, defs: Definitions, counts: Counter[str]) -> _Rank:
     tracks, overlaps = kineto.tracks(t)
     ids = [(index << 32) | rank for index in range(len(tracks))]
     for index, (track, loc) in enumerate(zip(tracks, ids, strict=True)):
         defs.locations.append(LocationDef(
             location_id=loc, rank=rank, thread=index, name=track.name, kind=track.kind,
             is_main=index == 0 and track.kind == kineto.CPU_THREAD, events=len(track.slices)))
-    if overlaps:
-        defs.notes["chrome_partial_overlaps"] = str(int(defs.notes.get("chrome_partial_overlaps", "0")) + overlaps)
+    counts["chrome_partial_overlaps"] += overlaps
     return _Rank(tracks, ids)
 
 
-def _communicators(traces: list[ChromeTrace], layout: list[_Rank], default: list[int],
-                   defs: Definitions) -> None:
-    """Every process group a collective kernel names, and the default group of all ranks."""
-    index: dict[tuple[str, tuple[int, ...]], int] = {}
-    for t, lay in zip(traces, layout, strict=True):
-        info = t.header.get("distributedInfo") or {}
-        for track in lay.tracks:
-            if track.kind != kineto.ACCELERATOR_STREAM:
-                continue
-            for i in track.slices:
-                s = t.slices[i]
-                if not kineto.is_collective_kernel(s):
-                    continue
-                lay.ops[i] = kineto.collective_op(s)
-                group = kineto.process_group(s.args, info) or (DEFAULT_GROUP, default)
-                key = (group[0], tuple(group[1]))
-                if key not in index:
-                    index[key] = len(defs.comms)
-                    defs.comms.append(CommDef(comm_id=len(defs.comms), name=key[0], members=list(key[1])))
-
-
-def _chunks(traces: list[ChromeTrace], ranks: list[int], layout: list[_Rank], default: list[int],
-            defs: Definitions) -> Iterator[Chunk]:
+def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Definitions) -> Iterator[Chunk]:
     regions: dict[tuple[str, str], int] = {}
-    comm_of = {(c.name, tuple(c.members)): c.comm_id for c in defs.comms}
+    comms: dict[tuple[str, tuple[int, ...]], int] = {}
     stats = ReadStats()
     counts: Counter[str] = Counter()
-    for n, (t, rank, lay) in enumerate(zip(traces, ranks, layout, strict=True)):
+    off = defs.global_offset
+    for n, (f, rank) in enumerate(zip(files, ranks, strict=True)):
+        t = chrome.load(f)
+        lay = _layout(t, rank, defs, counts)
         info = t.header.get("distributedInfo") or {}
         iv: list[tuple] = []
         coll: list[tuple] = []
         ev: list[tuple] = []
         for track, loc in zip(lay.tracks, lay.location_ids, strict=True):
+            device = track.kind == kineto.ACCELERATOR_STREAM
             for pos, i in enumerate(track.slices):
                 s = t.slices[i]
-                op = lay.ops.get(i)
+                is_coll = device and kineto.is_collective_kernel(s)
+                op = kineto.collective_op(s) if is_coll else None
                 key = (s.name, kineto.role(s, op))
                 rid = regions.get(key)
                 if rid is None:
                     rid = regions[key] = len(defs.regions)
                     defs.regions.append(RegionDef(rid, s.name, s.name, "user", key[1], None, None))
                 iv.append((loc, rank, pos, track.parent[pos], track.depth[pos], rid,
-                           s.start_ns - defs.global_offset, s.end_ns - defs.global_offset, s.truncated))
+                           s.start_ns - off, s.end_ns - off, s.truncated))
                 ev.append((loc, pos, s.cat, _json(s.args), _json(s.extra)))
-                if i in lay.ops:
-                    coll.append(_collective(s, op, loc, rank, pos, info, comm_of, default, defs, counts))
-        device = [i for tr in lay.tracks if tr.kind == kineto.ACCELERATOR_STREAM for i in tr.slices]
+                if is_coll:
+                    group = kineto.process_group(s.args, info)
+                    if group is None:
+                        counts["collective_kernels_in_default_group"] += 1
+                        group = (DEFAULT_GROUP, default)
+                    gkey = (group[0], tuple(group[1]))
+                    if gkey not in comms:
+                        comms[gkey] = len(defs.comms)
+                        defs.comms.append(CommDef(comm_id=comms[gkey], name=gkey[0], members=list(gkey[1])))
+                    coll.append(_collective(s, op, loc, rank, pos, comms[gkey], off, counts))
+        device_slices = [i for tr in lay.tracks if tr.kind == kineto.ACCELERATOR_STREAM for i in tr.slices]
         cpu = [i for tr in lay.tracks if tr.kind != kineto.ACCELERATOR_STREAM for i in tr.slices]
-        pairs, missing = kineto.correlations(t, device, cpu)
+        pairs, missing = kineto.correlations(t, device_slices, cpu)
         counts["device_slices_without_launch"] += missing
         corr = []
         for launch, dev, cid, how in pairs:
             (lloc, lidx), (dloc, didx) = lay.where[launch], lay.where[dev]
             ls, ds = t.slices[launch], t.slices[dev]
-            off = defs.global_offset
             corr.append((rank, cid, lloc, lidx, ls.start_ns - off, ls.end_ns - off, dloc, didx,
                          ds.start_ns - off, ds.end_ns - off, how))
         counts.update({f"chrome_{k}": v for k, v in t.stats.items()})
@@ -244,23 +239,17 @@ def _chunks(traces: list[ChromeTrace], ranks: list[int], layout: list[_Rank], de
                 (rank, str(t.path), t.base_ns, json.dumps(t.header), json.dumps(t.other))]),
             "correlations": _rows(CORRELATION_COLUMNS, corr),
         }
-        last = n == len(traces) - 1
+        last = n == len(files) - 1
         if last:
             for k, v in sorted(counts.items()):
                 if v:
                     defs.notes[k] = str(v)
         yield Chunk(_rows(INTERVAL_COLUMNS, iv), _rows(COLLECTIVE_COLUMNS, coll), _rows(MESSAGE_COLUMNS, []),
                     t.events, stats if last else None, tables)
-        traces[n] = ChromeTrace(t.path, {}, 0)  # release the rank's events
 
 
-def _collective(s: chrome.Slice, op: str | None, loc: int, rank: int, pos: int, info: dict[str, Any],
-                comm_of: dict[tuple[str, tuple[int, ...]], int], default: list[int],
-                defs: Definitions, counts: Counter[str]) -> tuple:
-    group = kineto.process_group(s.args, info)
-    if group is None:
-        counts["collective_kernels_in_default_group"] += 1
-        group = (DEFAULT_GROUP, default)
+def _collective(s: chrome.Slice, op: str | None, loc: int, rank: int, pos: int, comm: int, off: int,
+                counts: Counter[str]) -> tuple:
     sent, recv = kineto.payload(s.args)
     if sent is None:
         counts["collective_kernels_without_bytes"] += 1
@@ -270,8 +259,7 @@ def _collective(s: chrome.Slice, op: str | None, loc: int, rank: int, pos: int, 
     if op is None:
         counts["collective_kernels_without_op"] += 1
     code = getattr(CollectiveOp, op.upper()).value if op else NO_VALUE
-    off = defs.global_offset
-    return (loc, rank, pos, s.start_ns - off, s.end_ns - off, code, comm_of[(group[0], tuple(group[1]))],
+    return (loc, rank, pos, s.start_ns - off, s.end_ns - off, code, comm,
             NO_VALUE, NO_VALUE if sent is None else sent, NO_VALUE if recv is None else recv)
 
 
