@@ -13,7 +13,9 @@ per-operator cost shows). The modes take turns, the order rotating each round so
 always runs first or last. A run's step time is the median of rank 0's step times after the
 first (from the per-step times the script writes to ``DLTRACE_EXAMPLE_RESULT``); reported are,
 per mode, the median and the minimum over runs, the ratio of the medians to the baseline's,
-and each mode's overhead (ratio - 1) as a share of torch.profiler's.
+and each mode's overhead (ratio - 1) as a share of torch.profiler's; the same for the CPU time
+rank 0's process used per step (all its threads), which other jobs on the machine disturb far
+less than wall time.
 """
 
 from __future__ import annotations
@@ -34,15 +36,18 @@ MODES = {
 WORKLOADS = {"resnet": "runs/ddp_resnet.py", "small-ops": "runs/ddp_small_ops.py"}
 
 
-def one(mode: str, out: Path, i: int, script: list[str], env: dict[str, str]) -> float:
-    """Rank 0's median step time (s) of one run, steps after the first (the median, unlike
-    the mean the script prints, ignores the few steps another process on the machine slows)."""
+def one(mode: str, out: Path, i: int, script: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """Rank 0's median step time and median CPU time per step (s) of one run, steps after
+    the first (the median, unlike the mean the script prints, ignores the few steps another
+    process on the machine slows; CPU time, of the whole rank process, does not count the
+    time other processes hold the cores)."""
     result = out / f"{mode}-{i}.json"
     measure.run(measure.python("-m", "instrument.cli", "run", "-np", "2", "--out", str(out),
                                "--name", f"{mode.replace('.', '-').replace('+', '-')}-{i}", *MODES[mode], *script),
                 env={"DLTRACE_EXAMPLE_RESULT": str(result), **env})
-    times = json.loads(result.read_text())["step_times_s"]
-    return measure.median(times[1:] or times)
+    data = json.loads(result.read_text())
+    times, cpu = data["step_times_s"], data["step_cpu_s"]
+    return measure.median(times[1:] or times), measure.median(cpu[1:] or cpu)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,21 +68,31 @@ def main(argv: list[str] | None = None) -> int:
     print(measure.machine())
     print(f"{' '.join(script)}, 2 ranks, intra-op threads per rank: {ns.threads or 'torch default'}")
     times: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         for i in range(ns.repeat):
             order = modes[i % len(modes):] + modes[:i % len(modes)]
             for mode in order:
-                times[mode].append(one(mode, Path(tmp), i, script, env))
-            print(f"  round {i + 1}: " + ", ".join(f"{m} {1000 * times[m][-1]:.1f} ms" for m in modes), flush=True)
+                wall, used = one(mode, Path(tmp), i, script, env)
+                times[mode].append(wall)
+                cpu[mode].append(used)
+            print(f"  round {i + 1}: " + ", ".join(f"{m} {1000 * times[m][-1]:.1f} ms ({1000 * cpu[m][-1]:.1f} CPU)"
+                                                  for m in modes), flush=True)
+    for label, values in (("step time (wall)", times), ("CPU time per step (rank 0's process)", cpu)):
+        print(f"\n{label}:")
+        print(_table(values))
+    print(f"load avg at the end: {measure.load()}")
+    return 0
+
+
+def _table(times: dict[str, list[float]]) -> str:
     base = measure.median(times["none"]) if "none" in times else float("nan")
     low = min(times["none"]) if "none" in times else float("nan")
     prof = measure.median(times["torch.profiler"]) / base - 1 if "torch.profiler" in times else float("nan")
     rows = [[m, len(t), 1000 * measure.median(t), 1000 * min(t), 1000 * max(t), measure.median(t) / base,
              min(t) / low, (measure.median(t) / base - 1) / prof] for m, t in times.items()]
-    print(measure.table(["mode", "runs", "median step ms", "min", "max", "ratio to none",
-                         "ratio of mins", "overhead / torch.profiler's"], rows))
-    print(f"load avg at the end: {measure.load()}")
-    return 0
+    return measure.table(["mode", "runs", "median ms", "min", "max", "ratio to none", "ratio of mins",
+                          "overhead / torch.profiler's"], rows)
 
 
 if __name__ == "__main__":
