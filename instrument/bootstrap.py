@@ -121,7 +121,9 @@ def install_hooks(rec: recorder.Recorder) -> PostImportHooks:
 
 def _finish(tracer: Tracer, status: str, detail: str | None = None) -> None:
     horovod_timeline.import_at_exit(tracer)  # rank 0, when Horovod's timeline was requested
-    device_activity.import_at_exit(tracer)  # with --device-activity: torch.profiler's trace
+    # with --device-activity: torch.profiler's trace (not from a signal handler, which may
+    # have interrupted the profiler itself)
+    device_activity.import_at_exit(tracer, skip=status == "signal")
     tracer.set_meta("versions", _versions())
     tracer.finalize(status, detail)
 

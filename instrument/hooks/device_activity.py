@@ -136,9 +136,10 @@ def stop() -> None:
         _state["error"] = f"stopping torch.profiler failed: {type(e).__name__}: {e}"
 
 
-def import_at_exit(rec: Recorder) -> None:
+def import_at_exit(rec: Recorder, skip: bool = False) -> None:
     """At the rank's end: stop the profiler, keep Kineto's file, import it into ``rec``.
-    Problems are reported in the metadata and on stderr; they never fail the rank."""
+    Problems are reported in the metadata and on stderr; they never fail the rank. ``skip``
+    (a rank stopped by a signal): record only that nothing was imported."""
     if not _state or _state.get("done"):
         return
     _state["done"] = True
@@ -146,6 +147,9 @@ def import_at_exit(rec: Recorder) -> None:
     try:
         if "prof" not in _state:
             summary["error"] = _state.get("error", "the profiler did not start")
+            return
+        if skip:
+            summary["error"] = "not imported: the rank was stopped by a signal"
             return
         stop()
         path = file_for(_state["run_dir"], _state["rank"])

@@ -179,3 +179,18 @@ def test_cpu_only_run_is_aligned_with_our_own_markers(cpu_run: Run) -> None:
     assert all(os_ <= ts and te <= oe for os_, oe, ts, te in data), data
     margins = [ts - os_ for os_, _, ts, _ in data] + [os_ - ts for os_, _, ts, _ in optimizer]
     print("alignment margins (ns):", sorted(margins)[:4], json.dumps(cpu_run.info["rank_info"][0]["device_activity"]["check"]))
+
+
+def test_a_rank_stopped_by_a_signal_records_why_nothing_was_imported(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Rec:
+        meta: dict[str, object] = {}
+
+        def set_meta(self, key: str, value: object) -> None:
+            self.meta[key] = value
+
+    monkeypatch.setattr(da, "_state", {"prof": object(), "activities": ["CPU"]})
+    rec = Rec()
+    da.import_at_exit(rec, skip=True)  # type: ignore[arg-type]
+    da.import_at_exit(rec)  # type: ignore[arg-type]  # once only
+    assert rec.meta["device_activity"] == {"activities": ["CPU"],
+                                           "error": "not imported: the rank was stopped by a signal"}
