@@ -41,15 +41,17 @@ class Category(StrEnum):
     OVERHEAD = "overhead"  # the measurement system's own work (buffer flushes, clock sync)
     USER = "user"  # user-marked regions
     FUNCTION = "function"  # anything else (Python or compiled functions)
+    KERNEL = "kernel"  # an accelerator kernel (region role kernel)
+    MEMORY = "memory"  # an accelerator memory copy or set (region role data_transfer)
 
 
 class Rule(StrEnum):
     """Why a region got its category (``regions.rule``), in the order the rules are tried."""
 
-    MARKER = "marker"  # one of our marker names (dltrace.step, ...)
+    MARKER = "marker"  # one of our marker names (dltrace.step, ...) or torch.profiler's (ProfilerStep#N, ...)
     MEASUREMENT = "measurement"  # the measurement system's own work (TRACE BUFFER FLUSH)
     PARADIGM = "paradigm"  # its OTF2 paradigm (MPI; thread paradigms are not communication)
-    ROLE = "role"  # its OTF2 region role (collective, point-to-point, task wait)
+    ROLE = "role"  # its OTF2 region role (collective, point-to-point, task wait, kernel, copy)
     PATTERN = "pattern"  # a name pattern (analyze/tables/patterns.py, or --patterns FILE)
     DEFAULT = "default"  # none of the above: compute (user regions: user)
 
@@ -104,7 +106,7 @@ RUNS = _t(
     ("global_offset", "BIGINT", "archive tick that is 0 ns here"),
     ("events", "BIGINT", "events read"),
     ("complete", "BOOLEAN", "run.json says every rank finished and flushed (NULL: no run.json)"),
-    ("reader", "VARCHAR", "which OTF2 reader built the tables (python, native)"),
+    ("reader", "VARCHAR", "which reader built the tables (python, native: OTF2; kineto: Chrome trace JSON)"),
     ("schema_version", "INTEGER", "version of this schema"),
 )
 
@@ -387,8 +389,90 @@ ENERGY_PHASES = _t(
 ENERGY_TABLES = (HOSTS, METRIC_CHANNELS, METRICS, POWER, ENERGY_DEVICES, ENERGY_AGREEMENT, ENERGY_STEPS,
                  ENERGY_PHASES)
 
-TABLES = (RUNS, LOCATIONS, REGIONS, COMMUNICATORS, INTERVALS, COLLECTIVES, P2P, STEPS, PHASES) + \
-    ENERGY_TABLES
+TABLES: tuple[Table, ...] = (RUNS, LOCATIONS, REGIONS, COMMUNICATORS, INTERVALS, COLLECTIVES, P2P, STEPS,
+                             PHASES) + ENERGY_TABLES
+
+# --- GPUs and Chrome / Kineto trace JSON (docs/gpu.md) --------------------------------------
+
+
+class DevicePhase(StrEnum):
+    """Where a rank's accelerator time inside a step goes (union over all its streams); the
+    device phases of a step add up to its duration."""
+
+    COMPUTE = "compute"  # compute kernels run, no communication kernel
+    COMM_HIDDEN = "comm_hidden"  # communication kernels overlapped by compute kernels
+    COMM_EXPOSED = "comm_exposed"  # communication kernels with no compute kernel running
+    MEMORY = "memory"  # only memory copies / sets
+    IDLE = "idle"  # nothing on any stream
+
+
+class HostActivity(StrEnum):
+    """What the rank's main thread did meanwhile (the innermost of these regions)."""
+
+    COLLECTIVE = "collective"  # in a collective or point-to-point call
+    WAIT = "wait"  # blocked on communication or on the device (cudaStreamSynchronize...)
+    DATALOADER = "dataloader"
+    OPTIMIZER = "optimizer"
+    BACKWARD = "backward"
+    FORWARD = "forward"
+    OTHER = "other"  # none of these (or no main-thread markers in the trace)
+
+
+DEVICE_PHASES = _t(
+    "device_phases", "Per rank, step and host activity, the rank's accelerator time per device "
+    "phase; for each step the rows sum to its duration. Ranks without accelerator streams have no rows.",
+    ("rank", "INTEGER", "rank"),
+    ("step", "INTEGER", "step (the windows of the steps table, as for phases)"),
+    ("phase", "VARCHAR", "DevicePhase: compute, comm_hidden, comm_exposed, memory or idle"),
+    ("host", "VARCHAR", "HostActivity: what the main thread was in meanwhile (dataloader, backward, ...)"),
+    ("duration_ns", "BIGINT", "time"),
+)
+
+CORRELATIONS = _t(
+    "correlations", "Launch to device activity: the CPU call (cudaLaunchKernel, a memcpy...) that "
+    "queued each kernel, copy or set, from Kineto's correlation ids or ac2g flows.",
+    ("rank", "INTEGER", "rank"),
+    ("correlation", "BIGINT", "Kineto correlation id (or flow id)"),
+    ("launch_location_id", "BIGINT", "CPU thread of the launch"),
+    ("launch_idx", "BIGINT", "the launching interval (intervals.idx on that location)"),
+    ("launch_start_ns", "BIGINT", "launch call start"),
+    ("launch_end_ns", "BIGINT", "launch call end"),
+    ("location_id", "BIGINT", "accelerator stream"),
+    ("idx", "BIGINT", "the device interval"),
+    ("start_ns", "BIGINT", "device activity start"),
+    ("end_ns", "BIGINT", "device activity end"),
+    ("source", "VARCHAR", "correlation (args.correlation) or flow (an ac2g flow)"),
+)
+
+CHROME_EVENTS = _t(
+    "chrome_events", "Per interval imported from Chrome / Kineto JSON: what the event said besides "
+    "its name and times (empty for OTF2 traces).",
+    ("location_id", "BIGINT", "location"),
+    ("idx", "BIGINT", "interval (intervals.idx)"),
+    ("cat", "VARCHAR", "the event's cat (kernel, cpu_op, cuda_runtime, ...); NULL if absent"),
+    ("args", "JSON", "its args as written (NCCL: Collective name, In msg nelems, dtype, ...)"),
+    ("extra", "JSON", "any other keys of the event"),
+)
+
+CHROME_TRACKS = _t(
+    "chrome_tracks", "Which Chrome trace track (pid, tid) each imported location was.",
+    ("location_id", "BIGINT", "location"),
+    ("rank", "INTEGER", "rank"),
+    ("pid", "JSON", "pid as written (OS process id; device index on GPU tracks)"),
+    ("tid", "JSON", "tid as written (thread id; stream id on GPU tracks)"),
+)
+
+CHROME_FILES = _t(
+    "chrome_files", "One row per imported Chrome / Kineto file (one per rank).",
+    ("rank", "INTEGER", "rank"),
+    ("path", "VARCHAR", "file"),
+    ("base_time_ns", "BIGINT", "baseTimeNanoseconds (0 when absent: ts are epoch microseconds)"),
+    ("header", "JSON", "the top-level keys but traceEvents (distributedInfo, deviceProperties, ...)"),
+    ("other_events", "JSON", "every event that is not a slice (metadata, flows, instants, counters), as written"),
+)
+
+GPU_TABLES = (DEVICE_PHASES, CORRELATIONS, CHROME_EVENTS, CHROME_TRACKS, CHROME_FILES)
+TABLES = TABLES + GPU_TABLES
 BY_NAME = {t.name: t for t in TABLES}
 
 # --- written by `analyze compare SWEEP` into SWEEP/compare.duckdb --------------------------
@@ -582,7 +666,9 @@ def markdown() -> str:
     out += [f"- `collectives.source`: {', '.join(s.value for s in CollectiveSource)}"]
     out += [f"- `metric_channels.quantity`: {', '.join(q.value for q in Quantity)}"]
     out += [f"- `device` (metric_channels, energy tables): {', '.join(d.value for d in Device)}"]
-    out += [f"- `energy_devices.source`: {', '.join(s.value for s in EnergySource)}", ""]
+    out += [f"- `energy_devices.source`: {', '.join(s.value for s in EnergySource)}"]
+    out += [f"- `device_phases.phase`: {', '.join(p.value for p in DevicePhase)}"]
+    out += [f"- `device_phases.host`: {', '.join(h.value for h in HostActivity)}", ""]
     out += ["# Tables written by `analyze compare`", "",
             "In `SWEEP/compare.duckdb`, across the runs of a sweep (docs/experiments.md).", ""]
     out += _markdown_tables(SWEEP_TABLES)

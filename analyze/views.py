@@ -213,7 +213,9 @@ def collective_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                       count(*) OVER (PARTITION BY comm_id, seq) AS n
             FROM collectives
         )
-        SELECT op, rank, comm_id, seq, wait_ns / 1e6 AS wait_ms, transfer_ns / 1e6 AS transfer_ms,
+        -- a Kineto NCCL kernel whose operation its trace does not say has a NULL op
+        SELECT coalesce(op, 'unknown') AS op, rank, comm_id, seq, wait_ns / 1e6 AS wait_ms,
+               transfer_ns / 1e6 AS transfer_ms,
                enter_ns = last_enter AND n > 1 AS arrived_last
         FROM c ORDER BY op, comm_id, seq, rank
     """).df()

@@ -50,6 +50,7 @@ ROOMS: dict[str, set[str]] = {
     "analyze.background": {"analyze.tables", "analyze.schema"},
     "analyze.experiments": {"analyze.tables", "analyze.views", "analyze.schema", "analyze.errors",
                             "analyze.energy", "analyze.power"},
+    "analyze.export": {"analyze.tables", "analyze.schema", "analyze.errors", "traceio"},
     "analyze.cli": {"analyze", "reports"},
     # figures: from the analysis' tables
     "reports": {"analyze.views", "analyze.tables", "analyze.experiments", "analyze.errors",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from otf2.enums import CollectiveOp, RegionRole
+from otf2.enums import CollectiveOp, LocationType, RegionRole
 
 from traceio.records import Op, Role
 
@@ -21,7 +21,7 @@ class LocationSpec:
     rank: int
     index: int  # 0: main thread; then other threads; then communication lanes
     name: str
-    kind: str  # "main", "thread", "comm_lane" or "metric" (an OTF2 METRIC location)
+    kind: str  # "main", "thread", "comm_lane", "timeline", "tracer", "accelerator_stream" or "metric"
     records: np.ndarray  # EVENT_DTYPE, kinds ENTER / LEAVE / COLL_BEGIN / COLL_END, time-ordered
 
     @property
@@ -83,6 +83,9 @@ OTF2_ROLE = {
     Role.POINT2POINT: RegionRole.POINT2POINT,
     Role.WAIT: RegionRole.TASK_WAIT,
     Role.ARTIFICIAL: RegionRole.ARTIFICIAL,
+    Role.KERNEL: RegionRole.KERNEL,
+    Role.DATA_TRANSFER: RegionRole.DATA_TRANSFER,
+    Role.COLL_OTHER: RegionRole.COLL_OTHER,
 }
 OTF2_OP = {
     Op.BARRIER: CollectiveOp.BARRIER,
@@ -94,10 +97,13 @@ OTF2_OP = {
     Op.REDUCE: CollectiveOp.REDUCE,
     Op.ALLREDUCE: CollectiveOp.ALLREDUCE,
     Op.REDUCE_SCATTER: CollectiveOp.REDUCE_SCATTER,
+    Op.ALLTOALLV: CollectiveOp.ALLTOALLV,
 }
+# OTF2 location type of each location kind (what is not listed is a CPU thread)
 UNDEFINED_ROOT = 0xFFFFFFFF
-# OTF2 location types by LocationSpec.kind; everything else is a CPU thread.
 METRIC_KIND = "metric"
+# OTF2 location types by LocationSpec.kind; everything else is a CPU thread.
+OTF2_LOCATION_TYPE = {"accelerator_stream": LocationType.ACCELERATOR_STREAM, METRIC_KIND: LocationType.METRIC}
 
 
 def corrected(times: np.ndarray, offsets: list[tuple[int, int, float]]) -> np.ndarray:

@@ -33,7 +33,7 @@ from otf2.enums import (
 
 from traceio import codec
 from traceio.archive import (
-    METRIC_KIND,
+    OTF2_LOCATION_TYPE,
     OTF2_OP,
     OTF2_ROLE,
     TIMER_RESOLUTION,
@@ -113,8 +113,8 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
             if loc.kind == "main":
                 main_of[rank.rank] = len(locations)
             placed[(rank.rank, loc.index)] = len(locations)
-            kind = LocationType.METRIC if loc.kind == METRIC_KIND else LocationType.CPU_THREAD
-            locations.append((s(loc.name), kind.value, group, records, offsets))
+            otf2_type = OTF2_LOCATION_TYPE.get(loc.kind, LocationType.CPU_THREAD)
+            locations.append((s(loc.name), otf2_type.value, group, records, offsets))
             kinds.append(loc.kind)
     properties = [(ref, s("dltrace::kind"), s(kind)) for ref, kind in enumerate(kinds)]
     regions = [

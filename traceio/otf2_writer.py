@@ -1,7 +1,8 @@
 """Write an :class:`~traceio.archive.ArchiveSpec` as an OTF2 archive with the ``otf2`` package.
 
 Layout follows Score-P's so that Vampir, ``otf2-print`` and other readers treat it alike: one
-PROCESS location group per rank, CPU_THREAD locations, communicators as a COMM_LOCATIONS
+PROCESS location group per rank, CPU_THREAD locations (ACCELERATOR_STREAM for device streams
+imported from torch.profiler), communicators as a COMM_LOCATIONS
 group of the ranks' main threads plus one COMM_GROUP and COMM per communicator, collectives
 as Enter, MpiCollectiveBegin, MpiCollectiveEnd, Leave; metric channels (the power sampler's)
 as Score-P writes asynchronous per-host plugin metrics: a METRIC location with one
@@ -41,7 +42,7 @@ from otf2.enums import (
 from traceio import codec, native_writer
 from traceio.archive import (
     ARCHIVE_NAME,
-    METRIC_KIND,
+    OTF2_LOCATION_TYPE,
     OTF2_OP,
     OTF2_ROLE,
     TIMER_RESOLUTION,
@@ -106,8 +107,8 @@ def _write(spec: ArchiveSpec, directory: Path) -> None:
             group = groups[rank.rank] = defs.location_group(
                 f"rank {rank.rank}", system_tree_parent=node, location_group_type=LocationGroupType.PROCESS)
             for loc in rank.locations:
-                kind = LocationType.METRIC if loc.kind == METRIC_KIND else LocationType.CPU_THREAD
-                location = defs.location(loc.name, group=group, type=kind)
+                location = defs.location(loc.name, group=group,
+                                         type=OTF2_LOCATION_TYPE.get(loc.kind, LocationType.CPU_THREAD))
                 defs.location_property(location, "dltrace::kind", value=loc.kind)
                 if loc.kind == "main":
                     main_locations[rank.rank] = location

@@ -85,6 +85,9 @@ class Op(IntEnum):
     REDUCE_SCATTER = 9
     SEND = 10
     RECV = 11
+    # NCCL kernels whose operation their trace does not say (SendRecv: all_to_all or grouped
+    # send/recv); OTF2 has no "unknown" operation, this is its nearest
+    ALLTOALLV = 12
 
 
 class Role(StrEnum):
@@ -98,6 +101,9 @@ class Role(StrEnum):
     POINT2POINT = "point2point"
     WAIT = "wait"  # the main thread blocks on asynchronous communication
     ARTIFICIAL = "artificial"  # tracer overhead (spill writes, clock sync)
+    KERNEL = "kernel"  # an accelerator kernel (imported from torch.profiler)
+    DATA_TRANSFER = "data_transfer"  # an accelerator memory copy or set
+    COLL_OTHER = "coll_other"  # a collective kernel whose operation is not known
 
 
 ROLE_OF_OP = {
@@ -110,6 +116,7 @@ ROLE_OF_OP = {
     Op.ALLTOALL: Role.COLL_ALL2ALL,
     Op.ALLREDUCE: Role.COLL_ALL2ALL,
     Op.REDUCE_SCATTER: Role.COLL_ALL2ALL,
+    Op.ALLTOALLV: Role.COLL_ALL2ALL,
     Op.SEND: Role.POINT2POINT,
     Op.RECV: Role.POINT2POINT,
 }

@@ -11,9 +11,10 @@ from analyze.cli.common import display
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "phases", help="per rank and step: compute, allreduce, other communication and idle time",
-        description="Read RUN's OTF2 archive (ours or Score-P's) into RUN/trace.duckdb and print "
-        "the phase breakdown per rank.")
-    p.add_argument("run", type=Path, metavar="RUN", help="run directory, Score-P experiment or .otf2 file")
+        description="Read RUN's OTF2 archive (ours or Score-P's), or a directory of per-rank Kineto "
+        "(torch.profiler) JSON files, into RUN/trace.duckdb and print the phase breakdown per rank "
+        "(and on the accelerators, where the trace has device streams).")
+    p.add_argument("run", type=Path, metavar="RUN", help="run directory, Score-P experiment, .otf2 file or directory of Kineto files")
     p.add_argument("--force", action="store_true", help="rebuild the database even if it is current")
     p.add_argument("--step-region", metavar="NAME",
                    help="region that delimits steps when the trace has no step markers")
@@ -28,7 +29,7 @@ def run(ns: argparse.Namespace) -> int:
     import duckdb
 
     from analyze import background, power
-    from analyze.tables import database, phases
+    from analyze.tables import database, device_phases, phases
 
     paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
                            patterns=ns.patterns)
@@ -37,6 +38,8 @@ def run(ns: argparse.Namespace) -> int:
         source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
         horovod = background.summary(con) if background.available(con) else None
         energy = power.per_rank(con) if power.available(con) else None
+        device = device_phases.summary(con)
+        ranks_from = con.execute("SELECT value FROM build_info WHERE key = 'ranks_from'").fetchone()
     if energy is not None and len(energy):  # the trace has power: energy columns too
         per = energy.set_index("rank")
         table["step_J"] = table["rank"].map(per["step_j"]).round(2)
@@ -47,6 +50,11 @@ def run(ns: argparse.Namespace) -> int:
         total = sum(split.values()) or float("nan")
         print("energy by phase (active devices, all ranks): " + ", ".join(
             f"{p} {100 * j / total:.1f}%" for p, j in split.items() if j) + " (analyze energy RUN for devices)")
+    if not device.empty:
+        print("\nOn the accelerators (union of each rank's streams; docs/gpu.md):")
+        print(device.to_string(index=False, na_rep="0.0"))
+    if ranks_from and ranks_from[0].startswith("file order"):
+        print(f"ranks: {ranks_from[0]}")
     if horovod is not None and not horovod.empty:
         print("\nHorovod's background thread (its timeline; overlapping activities, see docs/horovod.md):")
         print(horovod.to_string(index=False, na_rep="-"))

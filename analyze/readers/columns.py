@@ -139,6 +139,7 @@ class Definitions:
     metric_members: list[MetricMemberDef] = field(default_factory=list)
     metrics: list[MetricDef] = field(default_factory=list)
     hosts: dict[int, str] = field(default_factory=dict)  # rank -> its process's system tree node
+    notes: dict[str, str] = field(default_factory=dict)  # reader facts for build_info
 
 
 @dataclass
@@ -159,6 +160,9 @@ class Chunk:
     events: int  # events consumed to produce this chunk
     stats: ReadStats | None = None  # on the last chunk only
     metrics: dict[str, np.ndarray] = field(default_factory=lambda: _Columns(METRIC_COLUMNS).take())
+    # rows of other tables (declared in analyze/schema.py, columns in their order), from
+    # readers of formats that carry more than OTF2 does (Kineto: event args, correlations)
+    tables: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 class _Columns:

@@ -47,10 +47,11 @@ def _location_kind(location: Any) -> str:
     except (KeyError, TypeError, IndexError):
         kind = None
     if kind is not None:
-        # our archives: main/thread are CPU threads; lanes, imported timelines and the
-        # tracer's own flush location are not threads of the training
+        # our archives: main/thread are CPU threads; lanes, imported timelines, the tracer's
+        # own flush location, device streams (from torch.profiler) and metric locations are
+        # not threads of the training
         return {"comm_lane": "comm_lane", "timeline": "timeline", "tracer": "tracer",
-                "metric": "metric"}.get(str(kind), "cpu_thread")
+                "accelerator_stream": "accelerator_stream", "metric": "metric"}.get(str(kind), "cpu_thread")
     t = location.type
     if t == LocationType.CPU_THREAD:
         return "cpu_thread"

@@ -5,7 +5,8 @@ current), the loading of chunks (:mod:`.loading`), and the derivation steps, eac
 of the database: regions classified (:mod:`.regions`; by name with the pattern table
 :mod:`.patterns`, a user's file :mod:`.pattern_set` and match names :mod:`.names`), steps
 (:mod:`.steps`), communication recognized by name (:mod:`.named`), collectives and messages
-matched across ranks (:mod:`.collectives`), the phase model (:mod:`.phases`).
+matched across ranks (:mod:`.collectives`), the phase model (:mod:`.phases`) and its
+counterpart on the accelerators' timeline (:mod:`.device_phases`).
 
 May import: :mod:`analyze.readers`, :mod:`analyze.schema`, :mod:`analyze.errors`. Not the
 views, the CLI, ``reports`` or ``instrument``.

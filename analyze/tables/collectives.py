@@ -40,8 +40,9 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
         WITH rc AS (
             SELECT rc.location_id, rc.rank, rc.interval_idx, rc.begin_ns, rc.end_ns, o.name AS op,
                    rc.comm_id, rc.root, rc.bytes_sent, rc.bytes_recv, 'record' AS source
-            FROM raw_collectives rc JOIN op_names o ON o.op = rc.op
-            WHERE o.name NOT IN {NOT_DATA}
+            FROM raw_collectives rc
+            LEFT JOIN op_names o ON o.op = rc.op  -- no name (NULL op): the operation is unknown
+            WHERE o.name IS NULL OR o.name NOT IN {NOT_DATA}
             UNION ALL
             SELECT location_id, rank, interval_idx, begin_ns, end_ns, op, comm_id, root,
                    bytes_sent, bytes_recv, 'name' AS source
@@ -58,7 +59,9 @@ def build_collectives(con: duckdb.DuckDBPyConnection) -> None:
             SELECT rc.rank, rc.location_id, NOT l.is_main AS is_async,
                    rc.interval_idx, i.region_id, rc.comm_id, rc.op,
                    CASE WHEN rc.root < 0 THEN NULL ELSE rc.root END AS root,
-                   rc.bytes_sent, rc.bytes_recv,
+                   -- negative: not known (a Kineto NCCL kernel without its args)
+                   CASE WHEN rc.bytes_sent < 0 THEN NULL ELSE rc.bytes_sent END AS bytes_sent,
+                   CASE WHEN rc.bytes_recv < 0 THEN NULL ELSE rc.bytes_recv END AS bytes_recv,
                    coalesce(i.start_ns, rc.begin_ns) AS enter_ns,
                    coalesce(i.end_ns, rc.end_ns) AS leave_ns, rc.source
             FROM rc

@@ -22,7 +22,7 @@ import duckdb
 import pandas as pd
 
 from analyze.errors import AnalyzeError
-from analyze.readers import dispatch
+from analyze.readers import dispatch, kineto
 from analyze.readers.columns import (
     COLLECTIVE_COLUMNS,
     MESSAGE_COLUMNS,
@@ -33,6 +33,7 @@ from analyze.readers.columns import (
 from analyze.schema import SCHEMA_VERSION, TABLES
 from analyze.tables import pattern_set
 from analyze.tables.collectives import build_collectives, build_p2p
+from analyze.tables.device_phases import build_device_phases
 from analyze.tables.energy import build_energy
 from analyze.tables.loading import IntervalLoader, Progress, c_stderr_captured, load_columns
 from analyze.tables.metrics import build_metrics
@@ -41,6 +42,7 @@ from analyze.tables.pattern_set import PatternSet
 from analyze.tables.phases import build_phases
 from analyze.tables.regions import explain
 from analyze.tables.steps import build_steps
+from traceio import chrome
 
 DB_NAME = "trace.duckdb"
 BUILD_INFO = "build_info"
@@ -63,28 +65,38 @@ class RunPaths:
 
 
 def resolve(run: Path | str, db: Path | str | None = None) -> RunPaths:
-    """Find the OTF2 anchor of ``run`` (a run directory, a Score-P experiment directory or an
-    anchor file) and where its database lives."""
+    """Find the trace of ``run`` (a run directory, a Score-P experiment directory, an OTF2
+    anchor file, a directory of per-rank Kineto / Chrome trace JSON files or one such file) and
+    where its database lives. A directory's OTF2 archive wins over JSON files beside it."""
     path = Path(run)
     if not path.exists():
         raise AnalyzeError(f"no such run directory or archive: {path}")
+    db_name = DB_NAME
     if path.is_file():
-        if path.suffix != ".otf2":
-            raise AnalyzeError(f"{path} is not an OTF2 anchor file (expected a .otf2 file or a run directory)")
+        if chrome.is_trace_file(path):  # one Kineto / Chrome trace file: one rank
+            db_name = f"{path.name.split('.')[0]}.duckdb"
+        elif path.suffix != ".otf2":
+            raise AnalyzeError(f"{path} is not an OTF2 anchor file or Chrome trace JSON "
+                               "(expected a .otf2 or .json[.gz] file or a run directory)")
         anchor, run_dir = path, path.parent
     else:
         run_dir = path
         anchor = path / "traces.otf2"
         if not anchor.is_file():
             found = sorted(path.glob("*.otf2"))
-            if len(found) != 1:
-                what = "no OTF2 archive (no .otf2 anchor file)" if not found else \
-                    f"{len(found)} OTF2 archives; name one of them: " + ", ".join(f.name for f in found)
-                raise AnalyzeError(f"{path} holds {what}")
-            anchor = found[0]
+            if len(found) > 1:
+                raise AnalyzeError(f"{path} holds {len(found)} OTF2 archives; name one of them: "
+                                   + ", ".join(f.name for f in found))
+            if found:
+                anchor = found[0]
+            elif kineto.trace_files(path):
+                anchor = path  # per-rank Kineto / Chrome trace JSON files
+            else:
+                raise AnalyzeError(f"{path} holds no OTF2 archive (no .otf2 anchor file) and no Chrome "
+                                   "trace JSON files (torch.profiler's *.pt.trace.json[.gz])")
     if db is not None:
         return RunPaths(run_dir.resolve(), anchor.resolve(), Path(db))
-    target = run_dir / DB_NAME
+    target = run_dir / db_name
     if not os.access(run_dir, os.W_OK):
         # Read-only archives (shared fixtures, someone else's runs): keep the database in the cache.
         key = hashlib.sha256(str(anchor.resolve()).encode()).hexdigest()[:12]
@@ -97,6 +109,8 @@ def resolve(run: Path | str, db: Path | str | None = None) -> RunPaths:
 def _signature(paths: RunPaths, options: dict[str, Any]) -> str:
     """What the database was built from: archive files' sizes and times, options, schema."""
     files = [paths.anchor, paths.anchor.with_suffix(".def"), paths.run_dir / "run.json"]
+    if dispatch.is_chrome(paths.anchor):
+        files = kineto.trace_files(paths.anchor)
     stamps = [(str(f.name), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
     return json.dumps({"schema": SCHEMA_VERSION, "files": stamps, "options": options}, sort_keys=True)
 
@@ -198,6 +212,8 @@ def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
                 load_columns(con, "raw_collectives", chunk.collectives)
                 load_columns(con, "raw_messages", chunk.messages)
                 load_columns(con, "raw_metrics", chunk.metrics)
+                for table, columns in chunk.tables.items():
+                    load_columns(con, table, columns)
                 progress.add(chunk.events)
                 if chunk.stats is not None:
                     stats = chunk.stats
@@ -210,7 +226,8 @@ def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
             loader.close()
     if error is not None:
         detail = library_said[0].splitlines()[-1] if library_said and library_said[0] else ""
-        hint = " The archive is truncated or corrupt; re-merge it (instrument merge) or copy it again."
+        hint = "" if dispatch.is_chrome(paths.anchor) else \
+            " The archive is truncated or corrupt; re-merge it (instrument merge) or copy it again."
         raise AnalyzeError(f"{error}{' (' + detail + ')' if detail else ''}.{hint}") from None
     return used, defs, stats
 
@@ -227,11 +244,12 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
     build_p2p(con)
     step_source = build_steps(con, step_region)
     build_phases(con)
+    build_device_phases(con)
     build_metrics(con, defs)
     build_energy(con, ours=defs.creator.startswith("dltrace"))
     _run_row(con, paths, defs, stats, used)
     _insert(con, BUILD_INFO, [
-        ("signature", signature), ("step_source", step_source), ("patterns", names.origin),
+        ("signature", signature), ("step_source", step_source), ("patterns", names.origin), *sorted(defs.notes.items()),
         ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
         ("unmatched_collective_ends", str(stats.unmatched_collective_ends)),
         # where the build's time went (bench/ reads these; not part of the results)
@@ -240,8 +258,15 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
-    """Insert literal rows (DuckDB's executemany rejects an empty list)."""
-    if rows:
+    """Insert literal rows (DuckDB's executemany rejects an empty list, and takes about half a
+    millisecond a row: a Kineto trace defines thousands of kernel names)."""
+    if len(rows) > 100:
+        frame = pd.DataFrame(rows, dtype=object)
+        frame.columns = [f"c{i}" for i in range(frame.shape[1])]
+        con.register("literal_rows", frame)
+        con.execute(f"INSERT INTO {table} SELECT * FROM literal_rows")
+        con.unregister("literal_rows")
+    elif rows:
         con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
 
 

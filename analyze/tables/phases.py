@@ -173,15 +173,18 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
         WHERE l.is_main AND r.category IN {kept}
           AND i.end_ns >= $lo AND i.start_ns <= $hi {where.format(rank="i.rank")}
     """, window).fetchnumpy()]
-    # a collective's waiting (asynchronous ones on lanes or other threads at their own levels)
+    # a collective's waiting (asynchronous ones on lanes or other threads at their own levels);
+    # collectives on accelerator streams are the device's view (device_phases), not the host's
+    host = "location_id NOT IN (SELECT location_id FROM locations WHERE kind = 'accelerator_stream')"
     parts.append(con.execute(f"""
         SELECT rank, enter_ns, enter_ns + wait_ns, CASE WHEN is_async THEN {ASYNC_IDLE} ELSE {SYNC_IDLE} END
-        FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}
+        FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi AND {host} {where.format(rank="rank")}
     """, window).fetchnumpy())
     # asynchronous collectives themselves (synchronous ones are covered by their regions)
     parts.append(con.execute(f"""
         SELECT rank, enter_ns, leave_ns, CASE WHEN op = 'allreduce' THEN {ASYNC_ALLREDUCE} ELSE {ASYNC_OTHER} END
-        FROM collectives WHERE is_async AND leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}
+        FROM collectives WHERE is_async AND leave_ns >= $lo AND enter_ns <= $hi AND {host}
+              {where.format(rank="rank")}
     """, window).fetchnumpy())
     # a receive waiting for a late sender
     parts.append(con.execute(f"""

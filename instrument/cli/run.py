@@ -50,6 +50,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--horovodize", action="store_true",
                    help="convert the single-process SCRIPT into a Horovod one in the run directory "
                    "(instrument horovodize; the diff and report go to run.json) and run that")
+    p.add_argument("--device-activity", action="store_true",
+                   help="also run torch.profiler on each rank (CPU and GPU activity, no shapes or "
+                   "stacks) and import its kernels, copies and NCCL kernels into the trace on the "
+                   "run's clock; on a machine without a GPU, CPU activity only (docs/gpu.md)")
     p.add_argument("script", help="the training script, run unmodified")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(command=run)
@@ -57,7 +61,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(ns: argparse.Namespace, argv: list[str]) -> int:
     from instrument.errors import UsageError
-    from instrument.hooks import horovod_timeline
+    from instrument.hooks import device_activity, horovod_timeline
     from instrument.launch import job
 
     if ns.power_interval is not None and not ns.power_interval > 0:
@@ -67,6 +71,11 @@ def run(ns: argparse.Namespace, argv: list[str]) -> int:
         env["DLTRACE_POWER"] = "off"
     elif ns.power_interval is not None:
         env["DLTRACE_POWER_INTERVAL_S"] = repr(ns.power_interval)
+    if ns.device_activity:
+        if ns.tracer != "builtin":
+            raise UsageError(f"--device-activity needs the built-in tracer, not --tracer {ns.tracer}; "
+                             "drop one of the two.")
+        env[device_activity.OPT_IN] = "1"
     prepare = None
     if ns.horovodize:
         prepare, env = _horovodize(ns.script, env)

@@ -369,6 +369,8 @@ def _finish(
                 records_dropped=s.records_dropped, partial_bytes=s.partial_bytes,
                 last_time_ns=s.last_time_ns, gpu=(s.extra.get("gpu") or {}).get("device"),
             )
+            if "device_activity" in s.extra:  # --device-activity: what torch.profiler gave
+                entry["device_activity"] = s.extra["device_activity"]
         elif config.tracer != "none":
             entry.update(status="missing", complete=False)
         code = entry["exit_status"]
