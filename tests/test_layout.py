@@ -42,6 +42,7 @@ ROOMS: dict[str, set[str]] = {
     "analyze.schema": set(),
     "analyze.readers": {"traceio", "analyze.errors"},
     "analyze.tables": {"analyze.readers", "analyze.schema", "analyze.errors", "traceio"},
+    "analyze.tables.causes": {"analyze.tables", "analyze.schema"},
     "analyze.views": {"analyze.tables", "analyze.schema"},
     "analyze.background": {"analyze.tables", "analyze.schema"},
     "analyze.experiments": {"analyze.tables", "analyze.views", "analyze.schema", "analyze.errors"},

@@ -25,6 +25,7 @@ from analyze.errors import AnalyzeError
 from analyze.readers import dispatch
 from analyze.readers.columns import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, Definitions, ReadStats
 from analyze.schema import SCHEMA_VERSION, TABLES
+from analyze.tables.causes import build_causes
 from analyze.tables.collectives import build_collectives, build_p2p
 from analyze.tables.loading import IntervalLoader, Progress, c_stderr_captured, load_columns
 from analyze.tables.phases import build_phases
@@ -210,12 +211,16 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
     step_source = build_steps(con, step_region)
     build_phases(con)
     _run_row(con, paths, defs, stats, used)
+    t1 = time.perf_counter()
+    build_causes(con)  # overlap, delays, critical path, balance (needs the runs row's params)
+    causes_s = time.perf_counter() - t1
     _insert(con, BUILD_INFO, [
         ("signature", signature), ("step_source", step_source),
         ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
         ("unmatched_collective_ends", str(stats.unmatched_collective_ends)),
         # where the build's time went (bench/ reads these; not part of the results)
         ("read_seconds", f"{read_s:.3f}"), ("derive_seconds", f"{time.perf_counter() - t0 - read_s:.3f}"),
+        ("causes_seconds", f"{causes_s:.3f}"),
     ])
 
 

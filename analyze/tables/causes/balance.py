@@ -1,0 +1,161 @@
+"""Heterogeneous ranks: per-rank throughput and the shares of the global batch that would
+balance the step (the ``rank_balance`` table).
+
+Model, per rank r: compute_r = fixed_r + share_r / rate_r, where the scaled part (compute
+inside data loading, forward and backward) grows with the rank's share of the batch and the
+fixed part (optimizer, the step's own code) does not; rate_r = share_r / scaled_r is measured.
+The balanced shares give every rank the same compute time T with the shares summing to 1:
+
+    share_r = (T - fixed_r) rate_r,   T = (1 + sum_r fixed_r rate_r) / sum_r rate_r
+
+(a rank whose fixed time alone exceeds T gets share 0 and T is solved again without it).
+The predicted step time is T plus the ranks' mean exposed communication (allreduce,
+other_comm and other phases), with no idle time left.
+
+A script that splits its global batch unequally says so with ``--global-batch N --shares
+a,b,...`` (its run.json parameters; runs/hetero_shares.py); otherwise shares are equal and the
+samples per rank are ``batch_size x accumulate`` when the script passes ``--batch-size``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from analyze.schema import RANK_BALANCE
+from analyze.tables.causes.window import COMPUTE, Window
+
+
+def step_compute(win: Window) -> pd.DataFrame:
+    """Per rank and step of a window: compute_ns (the phase) and scaled_ns (its part inside
+    data loading, forward or backward)."""
+    parts = []
+    for rank, rw in win.ranks.items():
+        if len(rw.bounds) < 2:
+            continue
+        inside = rw.step_of >= 0
+        length = np.diff(rw.bounds)[inside]
+        computing = (rw.codes == COMPUTE)[inside]
+        step = rw.step_of[inside]
+        n = len(rw.steps)
+        parts.append(pd.DataFrame({
+            "rank": rank, "step": rw.steps,
+            "compute_ns": np.bincount(step, weights=length * computing, minlength=n).astype(np.int64),
+            "scaled_ns": np.bincount(step, weights=length * (computing & rw.per_sample[inside]),
+                                     minlength=n).astype(np.int64)}))
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["rank", "step", "compute_ns", "scaled_ns"])
+
+
+def split_batch(total: int, shares: list[float]) -> list[int]:
+    """``total`` samples split in proportion to ``shares``, in whole samples (largest remainders,
+    ties to the lower rank). runs/hetero_shares.py splits its batches the same way."""
+    s = np.asarray(shares, float) / float(sum(shares))
+    exact = s * total
+    base = np.floor(exact).astype(int)
+    order = np.argsort(-(exact - base), kind="stable")
+    base[order[: total - int(base.sum())]] += 1
+    return [int(v) for v in base]
+
+
+def parse_shares(value: Any, ranks: int) -> list[float] | None:
+    """Shares from a run parameter ("0.7,0.3" or a list); None if absent or not one per rank."""
+    if value is None:
+        return None
+    items = value if isinstance(value, list) else str(value).split(",")
+    try:
+        shares = [float(v) for v in items]
+    except ValueError:
+        return None
+    if len(shares) != ranks or min(shares) < 0 or sum(shares) <= 0:
+        return None
+    return [v / sum(shares) for v in shares]
+
+
+def solve(fixed: np.ndarray, scaled: np.ndarray, shares: np.ndarray) -> tuple[np.ndarray, float]:
+    """(balanced shares, T): the shares that give every rank the same compute T [ms]."""
+    rate = np.where(scaled > 0, shares / np.where(scaled > 0, scaled, 1), 0.0)
+    active = rate > 0
+    for _ in range(len(rate)):
+        t = (1 + (fixed * rate)[active].sum()) / rate[active].sum()
+        new = np.where(active, (t - fixed) * rate, 0.0)
+        if (new >= 0).all():
+            return new, float(t)
+        active &= new > 0
+    return np.where(active, (t - fixed) * rate, 0.0), float(t)
+
+
+def batch_of(params: dict[str, Any], ranks: int) -> tuple[list[float], float | None]:
+    """(shares, global batch or None) from run.json's parameters."""
+    shares = parse_shares(params.get("shares"), ranks)
+    total = params.get("global_batch")
+    if shares is not None:
+        return shares, float(total) if isinstance(total, int | float) else None
+    batch = params.get("batch_size")
+    if isinstance(batch, int):
+        return [1.0 / ranks] * ranks, float(batch * int(params.get("accumulate", 1)) * ranks)
+    return [1.0 / ranks] * ranks, float(total) if isinstance(total, int | float) else None
+
+
+def medians(con: duckdb.DuckDBPyConnection, per_step: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: steps, step_ms, compute_ms, scaled_ms, comm_ms, idle_ms (medians over the
+    steps after the first, or the only step)."""
+    con.register("step_compute_rows", per_step)
+    try:
+        df = con.execute("""
+            WITH p AS (
+                SELECT rank, step,
+                       sum(duration_ns) FILTER (WHERE phase = 'idle') AS idle,
+                       sum(duration_ns) FILTER (WHERE phase IN ('allreduce', 'other_comm', 'other')) AS comm
+                FROM phases GROUP BY rank, step
+            ),
+            s AS (
+                SELECT s.rank, s.step, s.duration_ns, p.idle, p.comm, c.compute_ns, c.scaled_ns,
+                       count(*) OVER (PARTITION BY s.rank) AS n
+                FROM steps s JOIN p USING (rank, step)
+                JOIN step_compute_rows c ON c.rank = s.rank AND c.step = s.step
+            )
+            SELECT rank, count(*) AS steps, median(duration_ns) / 1e6 AS step_ms,
+                   median(compute_ns) / 1e6 AS compute_ms, median(scaled_ns) / 1e6 AS scaled_ms,
+                   median(comm) / 1e6 AS comm_ms, median(idle) / 1e6 AS idle_ms
+            FROM s WHERE n = 1 OR step > (SELECT min(step) FROM steps)
+            GROUP BY rank ORDER BY rank
+        """).df()
+    finally:
+        con.unregister("step_compute_rows")
+    if len(df) and (df["scaled_ms"] <= 0).all():  # no data loading/forward/backward regions
+        df["scaled_ms"] = df["compute_ms"]
+    return df
+
+
+def rebalance(m: pd.DataFrame, shares: list[float], global_batch: float | None) -> pd.DataFrame:
+    """The ``rank_balance`` rows from per-rank medians (:func:`medians`) and the shares the
+    run used."""
+    out = m.copy()
+    out["share"] = shares
+    out["samples"] = [s * global_batch for s in shares] if global_batch else np.nan
+    out["fixed_ms"] = (out["compute_ms"] - out["scaled_ms"]).clip(lower=0)
+    out["throughput_sps"] = out["samples"] / (out["scaled_ms"] / 1000).where(out["scaled_ms"] > 0)
+    balanced, t = solve(out["fixed_ms"].to_numpy(float), out["scaled_ms"].to_numpy(float),
+                        out["share"].to_numpy(float))
+    out["balanced_share"] = balanced
+    out["balanced_samples"] = split_batch(int(round(global_batch)), list(balanced)) if global_batch else pd.NA
+    out["predicted_compute_ms"] = t
+    out["predicted_step_ms"] = t + float(out["comm_ms"].fillna(0).mean())
+    return out[RANK_BALANCE.names]
+
+
+def rank_balance(con: duckdb.DuckDBPyConnection, per_step: pd.DataFrame) -> pd.DataFrame:
+    """The ``rank_balance`` rows of a run, shares and batch from its run.json parameters."""
+    m = medians(con, per_step)
+    if m.empty:
+        return pd.DataFrame(columns=RANK_BALANCE.names)
+    rows = con.execute("SELECT params FROM runs").fetchall()
+    row = rows[0] if rows else None
+    params = json.loads(row[0]) if row and row[0] else {}
+    shares, total = batch_of(params, len(m))
+    return rebalance(m, shares, total)

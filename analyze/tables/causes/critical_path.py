@@ -1,0 +1,111 @@
+"""The critical path of each step: the chain of stretches across ranks that sets its duration
+(the ``critical_path`` and ``critical_path_regions`` tables).
+
+Walk back from the end of the step on the rank that finished it last. On a rank, going back
+in time, the path stays on that rank until it meets the end of an idle interval (the phase
+model's idle, attributed to a wait as in :mod:`.delays`); there the rank was waiting for the
+cause rank, so the path jumps to the cause rank at the moment it arrived (which is when the
+idle ended) and continues there. It stops at the start of the step on the rank it is on.
+The stretches therefore contain no idle time that a later arrival explains, touch end to
+end, and their durations sum to the path's length, ``end_ns - start_ns``.
+
+Idle that ended before its cause arrived (the main thread went back to computing while the
+asynchronous operation still waited) does not end a stretch: the path stays on the rank.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from analyze.tables.causes.delays import region_times
+from analyze.tables.causes.window import Window
+
+PATH_COLUMNS = ["step", "hop", "rank", "start_ns", "end_ns", "duration_ns", "via"]
+
+
+def walk(ends: dict[int, tuple[int, int]], waits: list[tuple[int, int, int, int, int, str]]
+         ) -> list[tuple[int, int, int, str | None]]:
+    """The path of one step, latest stretch first: (rank, start, end, via) per stretch.
+
+    ``ends``: rank -> (step start, step end); ``waits``: (rank, idle_start, idle_end,
+    cause_rank, cause_enter, op) of the step's idle intervals with a known cause. ``via``
+    is the op of the wait through which the path reached the stretch's rank (None for the
+    rank that ended the step).
+    """
+    by_rank: dict[int, list[tuple[int, int, int, int, str]]] = defaultdict(list)
+    for rank, i0, i1, cause, enter, op in waits:
+        by_rank[rank].append((i1, i0, cause, enter, op))
+    for lst in by_rank.values():
+        lst.sort()
+    rank = max(ends, key=lambda r: (ends[r][1], -r))
+    hop_end = search = ends[rank][1]
+    via: str | None = None
+    path = []
+    for _ in range(len(waits) + len(ends) + 1):  # each jump consumes a wait
+        start = ends[rank][0]
+        lst = by_rank.get(rank, [])
+        # the latest idle interval ending at or before ``search`` and after the step start
+        i = _last_at_or_before(lst, search)
+        if i < 0 or lst[i][0] <= start:
+            path.append((rank, min(start, hop_end), hop_end, via))
+            return path
+        idle_end, idle_start, cause, enter, op = lst[i]
+        if enter > idle_end or cause not in ends or cause == rank:
+            search = idle_start  # not ended by the cause's arrival: stay on this rank
+            continue
+        path.append((rank, idle_end, hop_end, via))
+        rank, via = cause, op
+        hop_end = search = enter
+        if enter <= ends[rank][0]:
+            path.append((rank, enter, enter, via))
+            return path
+    path.append((rank, min(ends[rank][0], hop_end), hop_end, via))
+    return path
+
+
+def _last_at_or_before(lst: list[tuple[int, int, int, int, str]], t: int) -> int:
+    lo, hi = 0, len(lst)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if lst[mid][0] <= t:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
+
+
+def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(critical_path rows, critical_path_regions rows with region_id for the region's name
+    and category, per-step path ends: step, start_ns, end_ns, end_rank) of the steps in a
+    window; ``waits``: :func:`.delays.idle_waits`."""
+    ends: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
+    for rank, rw in win.ranks.items():
+        for s, a, b in zip(rw.steps.tolist(), rw.step_start.tolist(), rw.step_end.tolist(), strict=True):
+            ends[s][rank] = (a, b)
+    per_step: dict[int, list] = defaultdict(list)
+    known = waits[waits["cause_rank"].notna()] if len(waits) else waits
+    for row in known.itertuples(index=False):
+        per_step[int(row.step)].append((int(row.rank), int(row.idle_start_ns), int(row.idle_end_ns),
+                                        int(row.cause_rank), int(row.cause_enter_ns), str(row.op)))
+    hops, summary = [], []
+    for step in sorted(ends):
+        path = walk(ends[step], per_step.get(step, []))
+        last = path[0]
+        summary.append((step, path[-1][1], last[2], last[0]))
+        for hop, (rank, a, b, via) in enumerate(reversed(path)):
+            if b > a or len(path) == 1:
+                hops.append((step, hop, rank, a, b, b - a, via))
+    chain = pd.DataFrame(hops, columns=PATH_COLUMNS)
+    chain["hop"] = chain.groupby("step").cumcount()
+    t = region_times(win, chain["rank"].to_numpy(np.int64), chain["start_ns"].to_numpy(np.int64),
+                     chain["end_ns"].to_numpy(np.int64))
+    t["step"] = chain["step"].to_numpy()[t["q"].to_numpy(np.int64)]
+    t["rank"] = chain["rank"].to_numpy()[t["q"].to_numpy(np.int64)]
+    t = t.groupby(["step", "rank", "region"], as_index=False)["ns"].sum()
+    regions = pd.DataFrame({"step": t["step"], "rank": t["rank"], "region_id": t["region"],
+                            "duration_ns": t["ns"].astype(np.int64)})
+    ends_df = pd.DataFrame(summary, columns=["step", "start_ns", "end_ns", "end_rank"])
+    return chain, regions, ends_df

@@ -1,0 +1,295 @@
+"""One pass over a run's steps, a few at a time, with what the cause analyses need.
+
+A :class:`Window` covers steps ``a..b-1`` of every rank. For each rank it holds:
+
+- the phase model's elementary intervals and their phase (the same sweep as
+  :func:`analyze.tables.phases.build_phases`, so idle, hidden and exposed time here are the
+  phase table's, to the nanosecond);
+- :class:`Pieces`: which region is innermost on the main thread at every moment (a region's
+  exclusive time, cut into stretches), so the time a rank spent in each region between two
+  instants is a range sum;
+- the leave times of its blocking communication (synchronous collectives, messages, waits),
+  which start a synchronization interval;
+- the collectives, messages and waits that overlap the window.
+
+Windows hold about :data:`WINDOW_INTERVALS` main-thread intervals, so memory stays bounded
+whatever the trace length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from analyze.schema import Category
+from analyze.tables import phases
+
+WINDOW_INTERVALS = 2_000_000
+NO_REGION = -1  # time on the main thread inside no region
+NO_REGION_NAME = "(no region)"
+PER_SAMPLE = (Category.DATALOADER, Category.FORWARD, Category.BACKWARD)
+IDLE = phases.PHASES.index(phases.Phase.IDLE)
+COMPUTE = phases.PHASES.index(phases.Phase.COMPUTE)
+
+
+@dataclass
+class Pieces:
+    """Stretches of a rank's main thread, sorted and disjoint, each in one innermost region."""
+
+    start: np.ndarray
+    end: np.ndarray
+    region: np.ndarray  # region_id
+
+    def time_in(self, b: np.ndarray, e: np.ndarray) -> pd.DataFrame:
+        """Time per region inside each query interval [b[q], e[q]): columns q, region, ns.
+
+        Time in no region is reported as region :data:`NO_REGION`, so each query's rows sum
+        to e - b exactly.
+        """
+        b = np.asarray(b, np.int64)
+        e = np.maximum(np.asarray(e, np.int64), b)
+        i0 = np.searchsorted(self.end, b, side="right")  # first piece ending after b
+        i1 = np.searchsorted(self.start, e, side="left")  # first piece starting at or after e
+        n = np.maximum(i1 - i0, 0)
+        q = np.repeat(np.arange(len(b)), n)
+        k = np.repeat(i0, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
+        ns = np.minimum(self.end[k], e[q]) - np.maximum(self.start[k], b[q])
+        covered = np.bincount(q, weights=ns, minlength=len(b)).astype(np.int64)
+        rest = (e - b) - covered
+        out = pd.DataFrame({
+            "q": np.concatenate([q, np.flatnonzero(rest > 0)]),
+            "region": np.concatenate([self.region[k], np.full(int((rest > 0).sum()), NO_REGION)]),
+            "ns": np.concatenate([ns, rest[rest > 0]]),
+        })
+        out = out[out["ns"] > 0]
+        return out.groupby(["q", "region"], as_index=False, sort=False)["ns"].sum()
+
+
+def pieces_of(idx: np.ndarray, parent: np.ndarray, depth: np.ndarray, region: np.ndarray,
+              start: np.ndarray, end: np.ndarray) -> Pieces:
+    """The innermost region over time, from properly nested intervals of one location.
+
+    After an interval's enter the innermost region is its own; after its leave, its
+    parent's (``parent`` -1: none). Sorting leaves before enters at equal times, deeper
+    leaves first and shallower enters first, makes each event's owner the region of the
+    stretch up to the next event, with no stack.
+    """
+    keep = end > start  # empty instances hold no time
+    idx, parent, depth, region, start, end = (a[keep] for a in (idx, parent, depth, region, start, end))
+    n = len(idx)
+    if n == 0:
+        z = np.zeros(0, np.int64)
+        return Pieces(z, z, z)
+    times = np.concatenate([start, end])
+    is_enter = np.concatenate([np.ones(n, bool), np.zeros(n, bool)])
+    tie = np.concatenate([depth, -depth])
+    order = np.lexsort((tie, is_enter, times))
+    owner_idx = np.concatenate([idx, parent])[order]
+    times = times[order]
+    # region of each idx through a dense table over the window's idx span (instances are
+    # numbered in enter order, so the span is about the number fetched)
+    low = int(idx.min())
+    region_of = np.full(int(idx.max()) - low + 2, NO_REGION, np.int64)  # last slot: no parent
+    region_of[idx - low] = region
+    owner_region = region_of[np.where(owner_idx >= low, owner_idx - low, len(region_of) - 1)]
+    s, e, r = times[:-1], times[1:], owner_region[:-1]
+    use = (e > s) & (r != NO_REGION)
+    return Pieces(s[use], e[use], r[use])
+
+
+def step_index(left: np.ndarray, step_start: np.ndarray, step_end: np.ndarray) -> np.ndarray:
+    """Index into the (sorted, disjoint) steps of each time in ``left``; -1 outside every step."""
+    pos = np.searchsorted(step_start, left, side="right") - 1
+    inside = (pos >= 0) & (left < step_end[np.clip(pos, 0, None)])
+    return np.where(inside, pos, -1)
+
+
+@dataclass
+class RankWindow:
+    rank: int
+    steps: np.ndarray  # step numbers, in time order
+    step_start: np.ndarray
+    step_end: np.ndarray
+    bounds: np.ndarray  # elementary interval boundaries of the phase sweep
+    codes: np.ndarray  # phase code (index into phases.PHASES) of [bounds[i], bounds[i+1])
+    step_of: np.ndarray  # index into ``steps`` of each elementary interval, -1 outside
+    pieces: Pieces
+    blocking_leave: np.ndarray  # sorted leave times of blocking communication regions
+    per_sample: np.ndarray  # elementary intervals inside data loading, forward or backward
+
+
+@dataclass
+class Window:
+    t0: int
+    t1: int
+    ranks: dict[int, RankWindow]
+    comm: pd.DataFrame  # rank, start, end, kind: communication intervals on every location
+    collectives: pd.DataFrame  # rows of the collectives table overlapping the window
+    p2p_waits: pd.DataFrame  # receives on main threads that waited for a late sender
+
+
+class StepIndex:
+    """Every rank's steps (start, end, number), for finding the step around a time."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        df = con.execute("SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, start_ns").df()
+        self.by_rank = {int(r): (g["step"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64),
+                                 g["end_ns"].to_numpy(np.int64)) for r, g in df.groupby("rank")}
+        self.last_step = int(df["step"].max()) if len(df) else -1
+
+    def step_at(self, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Step number around each (rank, time); -1 outside every step."""
+        out = np.full(len(t), -1, np.int64)
+        for r in np.unique(rank):
+            if int(r) not in self.by_rank:
+                continue
+            steps, start, end = self.by_rank[int(r)]
+            mine = rank == r
+            i = step_index(t[mine], start, end)
+            out[mine] = np.where(i >= 0, steps[np.clip(i, 0, None)], -1)
+        return out
+
+    def start_before(self, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """Start of the latest step of ``rank`` starting at or before ``t``; ``t`` if none."""
+        out = np.asarray(t, np.int64).copy()
+        for r in np.unique(rank):
+            if int(r) not in self.by_rank:
+                continue
+            _, start, _ = self.by_rank[int(r)]
+            mine = rank == r
+            pos = np.searchsorted(start, out[mine], side="right") - 1
+            out[mine] = np.where(pos >= 0, start[np.clip(pos, 0, None)], out[mine])
+        return out
+
+
+def sync_start(rank_window: RankWindow | None, steps: StepIndex, rank: int, t: np.ndarray) -> np.ndarray:
+    """Where each rank's synchronization interval ending at ``t`` begins: the later of the
+    start of the step around ``t`` and the last leave of a blocking communication region
+    (a synchronous collective, a message, a wait) at or before ``t``."""
+    t = np.asarray(t, np.int64)
+    b = steps.start_before(np.full(len(t), rank), t)
+    if rank_window is not None and len(rank_window.blocking_leave):
+        leaves = rank_window.blocking_leave
+        pos = np.searchsorted(leaves, t, side="right") - 1
+        b = np.where(pos >= 0, np.maximum(b, leaves[np.clip(pos, 0, None)]), b)
+    return np.minimum(b, t)
+
+
+# Main-thread interval kinds, worked out in SQL so that only integers reach Python.
+OTHER_KIND, COLLECTIVE_KIND, P2P_KIND, WAIT_KIND, PER_SAMPLE_KIND = range(5)
+
+
+def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[str, np.ndarray]:
+    def listed(cats: tuple[Category, ...]) -> str:
+        return "(" + ", ".join(f"'{c}'" for c in cats) + ")"
+
+    got = con.execute(f"""
+        SELECT i.rank, i.location_id, i.idx, coalesce(i.parent_idx, -1) AS parent, i.depth,
+               i.region_id, i.start_ns, i.end_ns,
+               CASE WHEN r.category = '{Category.COLLECTIVE}' THEN {COLLECTIVE_KIND}
+                    WHEN r.category = '{Category.P2P}' THEN {P2P_KIND}
+                    WHEN r.category = '{Category.WAIT}' THEN {WAIT_KIND}
+                    WHEN r.category IN {listed(PER_SAMPLE)} THEN {PER_SAMPLE_KIND}
+                    ELSE {OTHER_KIND} END AS kind
+        FROM intervals i JOIN locations l USING (location_id) JOIN regions r USING (region_id)
+        WHERE l.is_main AND i.end_ns >= $lo AND i.start_ns <= $hi
+    """, {"lo": t0, "hi": t1}).fetchnumpy()
+    return {k: np.asarray(v, np.int64) for k, v in got.items()}
+
+
+def _collectives(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFrame:
+    """The collectives overlapping [t0, t1]; for those that waited, ``cause_rank``: the
+    member whose arrival ended the wait (the lowest rank if several arrived at once)."""
+    return con.execute("""
+        WITH w AS (SELECT * FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi),
+        cause AS (
+            SELECT w.rank, w.comm_id, w.seq, min(c.rank) AS cause_rank
+            FROM w JOIN collectives c ON c.comm_id = w.comm_id AND c.seq = w.seq
+                   AND c.enter_ns = w.last_arrival_ns AND c.rank <> w.rank
+            WHERE w.wait_ns > 0 GROUP BY ALL
+        )
+        SELECT w.rank, w.location_id, w.is_async, w.interval_idx, w.comm_id, w.seq, w.op,
+               w.enter_ns, w.leave_ns, w.wait_ns, w.last_arrival_ns, cause.cause_rank
+        FROM w LEFT JOIN cause USING (rank, comm_id, seq)
+    """, {"lo": t0, "hi": t1}).df()
+
+
+def _p2p_waits(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFrame:
+    return con.execute("""
+        SELECT p.rank, p.peer, p.comm_id, p.tag, p.seq, p.enter_ns, p.leave_ns, p.wait_ns,
+               p.partner_enter_ns
+        FROM p2p p JOIN locations l USING (location_id)
+        WHERE l.is_main AND p.direction = 'recv' AND p.wait_ns > 0
+          AND p.leave_ns >= $lo AND p.enter_ns <= $hi
+    """, {"lo": t0, "hi": t1}).df()
+
+
+def _comm(main: dict[str, np.ndarray], colls: pd.DataFrame) -> pd.DataFrame:
+    """Communication intervals with their kind (the collective's op, or p2p): every
+    collective (synchronous or on a lane) and the main thread's communication regions that
+    carry no collective record (messages, MPI_Wait, a Score-P user region named allreduce)."""
+    comm_region = np.isin(main["kind"], (COLLECTIVE_KIND, P2P_KIND))
+    bare = pd.DataFrame({k: v[comm_region] for k, v in main.items()})
+    sync = colls[~colls["is_async"].astype(bool)][["location_id", "interval_idx"]].assign(has=True)
+    bare = bare.merge(sync, left_on=["location_id", "idx"], right_on=["location_id", "interval_idx"],
+                      how="left")
+    bare = bare[bare["has"].isna()]
+    return pd.concat([
+        pd.DataFrame({"rank": colls["rank"].to_numpy(np.int64), "start": colls["enter_ns"].to_numpy(np.int64),
+                      "end": colls["leave_ns"].to_numpy(np.int64), "kind": colls["op"].to_numpy(object)}),
+        pd.DataFrame({"rank": bare["rank"].to_numpy(np.int64), "start": bare["start_ns"].to_numpy(np.int64),
+                      "end": bare["end_ns"].to_numpy(np.int64),
+                      "kind": np.where(bare["kind"] == P2P_KIND, "p2p", "other").astype(object)}),
+    ], ignore_index=True)
+
+
+def coverage(bounds: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """How many of the intervals cover each elementary interval of ``bounds``."""
+    delta = np.zeros(len(bounds) + 1, np.int64)
+    np.add.at(delta, np.searchsorted(bounds, start), 1)
+    np.add.at(delta, np.searchsorted(bounds, end), -1)
+    return np.cumsum(delta)[: max(len(bounds) - 1, 0)]
+
+
+def _rank_window(rank: int, st: pd.DataFrame, segs: pd.DataFrame, m: dict[str, np.ndarray]) -> RankWindow:
+    step_start = st["start_ns"].to_numpy(np.int64)
+    step_end = st["end_ns"].to_numpy(np.int64)
+    bounds, codes = phases.labelled_bounds(
+        segs["start"].to_numpy(np.int64), segs["end"].to_numpy(np.int64), segs["level"].to_numpy(np.int64),
+        np.concatenate([step_start, step_end]))
+    pieces = pieces_of(m["idx"], m["parent"], m["depth"], m["region_id"], m["start_ns"], m["end_ns"])
+    blocking = np.sort(m["end_ns"][np.isin(m["kind"], (COLLECTIVE_KIND, P2P_KIND, WAIT_KIND))])
+    ps = m["kind"] == PER_SAMPLE_KIND
+    per_sample = coverage(bounds, m["start_ns"][ps], m["end_ns"][ps]) > 0
+    step_of = step_index(bounds[:-1], step_start, step_end) if len(bounds) > 1 else np.zeros(0, np.int64)
+    return RankWindow(rank, st["step"].to_numpy(np.int64), step_start, step_end, bounds, codes, step_of,
+                      pieces, blocking, per_sample)
+
+
+def windows(con: duckdb.DuckDBPyConnection, steps: StepIndex) -> Iterator[Window]:
+    """The run's steps in windows of whole steps (the same step numbers on every rank)."""
+    if steps.last_step < 0:
+        return
+    (total,), = con.execute("""SELECT count(*) FROM intervals i JOIN locations l USING (location_id)
+                               WHERE l.is_main""").fetchall()
+    n_steps = steps.last_step + 1
+    per = max(1, n_steps * WINDOW_INTERVALS // max(1, int(total)))
+    all_steps = con.execute("SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, start_ns").df()
+    for a in range(0, n_steps, per):
+        st = all_steps[(all_steps["step"] >= a) & (all_steps["step"] < a + per)]
+        if st.empty:
+            continue
+        t0, t1 = int(st["start_ns"].min()), int(st["end_ns"].max())
+        segs = phases.segments(con, t0, t1)
+        main = _main_intervals(con, t0, t1)
+        colls = _collectives(con, t0, t1)
+        ranks = {}
+        for rank, rs in st.groupby("rank"):
+            mine = main["rank"] == rank
+            ranks[int(rank)] = _rank_window(int(rank), rs, segs[segs["rank"] == rank],
+                                            {k: v[mine] for k, v in main.items()})
+        yield Window(t0, t1, ranks, _comm(main, colls), colls, _p2p_waits(con, t0, t1))
