@@ -472,6 +472,29 @@ SWEEP_TABLES = (COMPARISON, CONFIGURATIONS, SPEEDUPS, VARIATION, FITS, ALLREDUCE
                 ALLREDUCE_MODEL, PREDICTIONS)
 
 
+# --- returned by `analyze diff A B` (analyze/experiments/diff.py) --------------------------
+
+DIFF = _t(
+    "diff", "What `analyze diff A B` returns (not stored in a database): per item, the time per "
+    "step (mean over ranks, steady-state steps) on each side and the change B - A with a 95% "
+    "Welch t confidence interval, over the steps of one run per side or over the runs (replications) "
+    "of each side; largest change first.",
+    ("kind", "VARCHAR", "phase (step, compute, allreduce, ...), region (exclusive time on main "
+     "threads) or collective (an op's time in collectives; '<op> wait': its waiting)"),
+    ("name", "VARCHAR", "the phase, region or op"),
+    ("a_ms", "DOUBLE", "mean per step on side A"),
+    ("b_ms", "DOUBLE", "mean per step on side B"),
+    ("delta_ms", "DOUBLE", "b_ms - a_ms"),
+    ("ci_low", "DOUBLE", "95% confidence interval of delta_ms (NULL with fewer than 2 samples a side)"),
+    ("ci_high", "DOUBLE", "95% confidence interval of delta_ms"),
+    ("change_pct", "DOUBLE", "100 delta_ms / a_ms; NULL where a_ms is 0"),
+    ("n_a", "INTEGER", "samples on side A"),
+    ("n_b", "INTEGER", "samples on side B"),
+    ("over", "VARCHAR", "steps (one run per side) or runs (replications)"),
+    ("significant", "BOOLEAN", "the interval excludes 0"),
+)
+
+
 def markdown() -> str:
     """The schema as Markdown (docs/schema.md is generated from this)."""
     out = ["# Tables written by `analyze phases`", "", __doc__.strip().split("\n\n", 1)[1], ""]
@@ -483,6 +506,8 @@ def markdown() -> str:
     out += ["# Tables written by `analyze compare`", "",
             "In `SWEEP/compare.duckdb`, across the runs of a sweep (docs/experiments.md).", ""]
     out += _markdown_tables(SWEEP_TABLES)
+    out += ["# What `analyze diff` returns", ""]
+    out += _markdown_tables((DIFF,))
     return "\n".join(out)
 
 

@@ -2,7 +2,8 @@
 
 Page order: the bottleneck comparison of all runs first (the page that compares frameworks),
 then for each run its timeline, its per-step breakdown and, where it has collectives, its
-collective waits. A sweep directory (``instrument sweep``) gets the pages of
+collective waits, then its overlap, root-cause and critical-path pages where it has the data
+(:mod:`reports.causes`). A sweep directory (``instrument sweep``) gets the pages of
 :mod:`reports.scaling` instead. Each run's database is built or reused exactly as ``analyze phases`` does.
 The PDF is written to a temporary file and renamed, so a failed report never leaves half a
 PDF where a previous one was.
@@ -26,7 +27,7 @@ from analyze.errors import AnalyzeError
 from analyze.experiments import compare
 from analyze.tables import database
 from analyze.views import Timeline
-from reports import figures
+from reports import causes, figures
 from reports.page import Page
 
 PNG_DPI = 200
@@ -63,6 +64,7 @@ def run_pages(con: duckdb.DuckDBPyConnection, index: int, steps: tuple[int, int]
     waits = views.collective_waits(con)
     if len(waits):
         pages.append(Page(f"{tag}-waits", figures.collective_waits(waits, views.stragglers(waits), label)))
+    pages += causes.run_pages(con, tag, label)
     return label, pages, tl
 
 

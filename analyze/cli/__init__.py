@@ -15,7 +15,7 @@ import sys
 from analyze.errors import AnalyzeError
 
 # Verbs in the order ``analyze --help`` lists them; each is the module analyze.cli.<verb>.
-VERBS = ("phases", "report", "compare")
+VERBS = ("phases", "overlap", "causes", "critical-path", "balance", "report", "compare", "diff")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -110,9 +110,9 @@ def test_totals_name_the_rank_the_region_and_the_steps(tmp_path: Path) -> None:
                            steps, first_step, last_step, main_steps
                     from delay_totals""").fetchall()
     assert top == [(2, "region", "dltrace.dataloader", 4 * 30 * MS, 1.0, 2, 2, 1, 2, [1, 2])]
-    from analyze.tables.causes import text
+    from analyze.tables.causes import views
 
-    assert text.delay_lines(db) == [
+    assert views.delay_lines(db) == [
         "rank 2's dltrace.dataloader at steps 1-2 caused 120.0 ms of idle on 2 ranks (100% of all idle)"]
     assert_idle_sums(db)
 

@@ -1,4 +1,8 @@
-"""The cause tables in words and small tables, for the CLI and notebooks (read-only queries)."""
+"""What the CLI prints and the report pages draw from the cause tables (read-only queries).
+
+Sentences and small tables for ``analyze causes / overlap / critical-path``, and the frames
+the figures of :mod:`reports.causes` are drawn from (times in milliseconds).
+"""
 
 from __future__ import annotations
 
@@ -78,3 +82,53 @@ def path_contributions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                    AS "path%"
         FROM critical_path_regions GROUP BY ALL ORDER BY sum(duration_ns) DESC
     """).df()
+
+
+# --- frames for the report pages -------------------------------------------------------------
+
+def overlap_steps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """rank, step, part (hidden, exposed), ms: all communication of each step."""
+    df = con.execute("""
+        SELECT rank, step, hidden_ns / 1e6 AS hidden, exposed_ns / 1e6 AS exposed
+        FROM overlap WHERE kind = 'all' ORDER BY rank, step
+    """).df()
+    return df.melt(id_vars=["rank", "step"], value_vars=["hidden", "exposed"], var_name="part",
+                   value_name="ms")
+
+
+def cause_label(rank: object, kind: str, region: object) -> str:
+    if kind == CauseKind.REGION:
+        return f"rank {rank}: {region}"
+    if kind == CauseKind.LATE_START:
+        return f"rank {rank}: started late"
+    return "unknown"
+
+
+def cause_steps(con: duckdb.DuckDBPyConnection, top: int = 5) -> pd.DataFrame:
+    """step, cause (a label; causes past the ``top`` largest are "other causes"), ms: idle
+    time per step summed over the ranks that waited, by its cause. Steps are the waiting
+    ranks' steps."""
+    totals = con.execute("""SELECT cause_rank, cause_kind, cause_region FROM delay_totals
+                            ORDER BY idle_ns DESC, cause_rank, cause_region LIMIT $n""", {"n": top}).fetchall()
+    keep = [cause_label(*t) for t in totals]
+    df = con.execute("""SELECT step, cause_rank, cause_kind, cause_region, sum(idle_ns) / 1e6 AS ms
+                        FROM delays GROUP BY ALL""").df()
+    if df.empty:
+        return pd.DataFrame({"step": [], "cause": [], "ms": []})
+    labels = [cause_label(r, k, g) for r, k, g in zip(df["cause_rank"], df["cause_kind"], df["cause_region"],
+                                                      strict=True)]
+    df["cause"] = [lab if lab in keep else "other causes" for lab in labels]
+    out = df.groupby(["step", "cause"], as_index=False)["ms"].sum()
+    order = keep + (["other causes"] if "other causes" in set(out["cause"]) else [])
+    out["cause"] = pd.Categorical(out["cause"], categories=order)
+    return out
+
+
+def path_steps(con: duckdb.DuckDBPyConnection) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(step, rank, ms: time on the critical path per step and rank; step, path_ms,
+    balanced_ms: the path's length and the perfect-balance step time)."""
+    per_rank = con.execute("""SELECT step, rank, sum(duration_ns) / 1e6 AS ms FROM critical_path
+                              GROUP BY step, rank ORDER BY step, rank""").df()
+    steps = con.execute("""SELECT step, duration_ns / 1e6 AS path_ms, balanced_ns / 1e6 AS balanced_ms
+                           FROM step_balance ORDER BY step""").df()
+    return per_rank, steps
