@@ -212,8 +212,8 @@ OVERLAP = _t(
     "measurement overhead, which the phase model calls other).",
     ("rank", "INTEGER", "rank"),
     ("step", "INTEGER", "step"),
-    ("kind", "VARCHAR", "allreduce, bcast, allgather, ..., p2p (messages), other (communication "
-     "regions without a record), or all"),
+    ("kind", "VARCHAR", "the collective's op (allreduce, bcast, ...; a collective region without a "
+     "record is allreduce if its name says so, as in phases, else other), p2p (messages), or all"),
     ("calls", "BIGINT", "operations of this kind starting in the step"),
     ("comm_ns", "BIGINT", "wall time with at least one operation of the kind in flight, any location"),
     ("busy_ns", "BIGINT", "operation time summed over concurrent operations (all lanes)"),
@@ -313,7 +313,8 @@ RANK_BALANCE = _t(
     ("rank", "INTEGER", "rank"),
     ("steps", "INTEGER", "steps the medians are over"),
     ("share", "DOUBLE", "this rank's share of the global batch (run.json's shares parameter; equal otherwise)"),
-    ("samples", "DOUBLE", "samples per step (share x global batch); NULL if the batch size is unknown"),
+    ("samples", "DOUBLE", "samples per step: the global batch split by the shares in whole samples "
+     "(largest remainders); NULL if the batch size is unknown"),
     ("step_ms", "DOUBLE", "step time"),
     ("compute_ms", "DOUBLE", "compute phase per step"),
     ("scaled_ms", "DOUBLE", "compute inside data loading, forward and backward (all compute if the "

@@ -12,7 +12,8 @@ Two stages are measured, each in its own process, on the same synthetic archive
   stage of ``analyze.tables.database.build``, alone;
 - ``build``: ``analyze phases`` end to end on a fresh database (``analyze.tables.database.build``
   with ``force=True``, then the phase summary): ingest, then the SQL and vectorized steps that
-  match collectives and messages and derive steps and phases.
+  match collectives and messages and derive steps, phases and the cause tables (overlap,
+  delays, critical path, balance; their share is the last column, from ``build_info``).
 
 Reported per archive and reader, as medians: seconds, events per second and the peak RSS of
 each stage. Nothing is extrapolated: a reader is only reported on archives it actually read.
@@ -54,8 +55,11 @@ def child(stage: str, run: str, reader: str, db: str) -> None:
         with duckdb.connect(str(paths.db), read_only=True) as con:
             phases.summary(con)
             events, used = con.execute("select events, reader from runs").fetchone()
-    print(json.dumps({"seconds": time.perf_counter() - t0, "events": events, "reader": used,
-                      "rss_mb": measure.peak_rss_mb()}))
+            (causes,), = con.execute("select value from build_info where key = 'causes_seconds'").fetchall()
+    out = {"seconds": time.perf_counter() - t0, "events": events, "reader": used, "rss_mb": measure.peak_rss_mb()}
+    if stage == "build":
+        out["causes_s"] = float(causes)
+    print(json.dumps(out))
 
 
 def bench(events: int, readers: list[str], repeat: int, ranks: int, cache: Path) -> list[list[object]]:
@@ -78,13 +82,14 @@ def bench(events: int, readers: list[str], repeat: int, ranks: int, cache: Path)
             runs = results[(reader, stage)]
             seconds = measure.median([r["seconds"] for r in runs])
             row += [seconds, n / seconds / 1e6, max(r["rss_mb"] for r in runs)]
+        row.append(measure.median([r["causes_s"] for r in results[(reader, "build")]]))
         rows.append(row)
     if len(rows) == 2 and {"native", "python"} == set(readers):
         nat, py = rows[readers.index("native")], rows[readers.index("python")]
         ratio: list[object] = [f"{n:,}", "python/native", ""]
         for k in range(len(STAGES)):
             ratio += [py[3 + 3 * k] / nat[3 + 3 * k], "", ""]  # type: ignore[operator]
-        rows.append(ratio)
+        rows.append([*ratio, ""])
     return rows
 
 
@@ -107,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
     for size in ns.events.split(","):
         rows += bench(synth.parse_count(size), ns.readers.split(","), ns.repeat, ns.ranks, ns.cache)
     print(measure.table(["events", "reader", "runs"] + [f"{stage} {what}" for stage in STAGES
-                                                         for what in ("s", "Mev/s", "RSS MB")], rows))
+                                                         for what in ("s", "Mev/s", "RSS MB")]
+                        + ["of it causes s"], rows))
     print(f"load avg at the end: {measure.load()}")
     return 0
 

@@ -25,6 +25,7 @@ from plotnine import (
     labs,
     scale_color_manual,
     scale_fill_manual,
+    scale_x_continuous,
     scale_y_continuous,
     theme,
 )
@@ -47,6 +48,15 @@ def _palette(levels: list[str], other: str | None = None) -> dict[str, str]:
     return out
 
 
+def _step_axis(steps: pd.Series) -> scale_x_continuous:
+    """Whole step numbers on the x axis (every step while there are few)."""
+    values = sorted({int(v) for v in steps})
+    if len(values) <= 12:
+        return scale_x_continuous(breaks=values)
+    return scale_x_continuous(breaks=lambda lim: [v for v in range(int(lim[0]), int(lim[1]) + 1)
+                                                  if v % max(1, (len(values) // 8)) == 0])
+
+
 def _facet_height(panels: int, cols: int) -> float:
     return min(9.0, HEIGHT_IN + 1.6 * (-(-panels // cols) - 1))
 
@@ -65,6 +75,7 @@ def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel) -> ggpl
         ggplot(df, aes("step", "ms", fill="part"))
         + geom_col(width=0.85)
         + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)  # type: ignore[arg-type]
+        + _step_axis(df["step"])
         + scale_fill_manual(values={"hidden": PHASE_COLORS["compute"], "exposed": PHASE_COLORS["allreduce"]},
                             breaks=["hidden", "exposed"],
                             labels=["hidden under compute", "exposed (communication, idle)"])
@@ -88,6 +99,7 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel) -> gg
         ggplot(per_step, aes("step", "ms", fill="cause"))
         + geom_col(width=0.85)
         + scale_fill_manual(values=colors, breaks=causes)
+        + _step_axis(per_step["step"])
         + guides(fill=guide_legend(ncol=2))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle="idle time per step by its cause: the late rank and the region\n"
@@ -114,6 +126,7 @@ def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, 
         + geom_col(width=0.85)
         + geom_point(steps, aes("step", "balanced_ms"), inherit_aes=False, shape="D", size=1.8, color="black")
         + scale_fill_manual(values=_palette(levels, "other ranks" if grouped else None), breaks=levels)
+        + _step_axis(df["step"])
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(),
                subtitle=f"critical path per step by the rank it runs on; black: the step time\n"
@@ -144,7 +157,8 @@ def diff_plot(table: pd.DataFrame, a: str, b: str, top: int = 15) -> ggplot:
         + geom_point(aes(x="delta_ms", color="kind"), size=2)
         + scale_color_manual(values=KIND_COLORS, breaks=[k for k in KIND_COLORS if k in set(df["kind"])])
         + labs(title=f"{b} against {a}",
-               subtitle=f"change in time per step (mean over ranks), largest first; 95% intervals over {over}",
+               subtitle=f"change in time per step (mean over ranks), largest first;\n"
+                        f"95% confidence intervals over {over}",
                x="change per step [ms]", y=None)
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, max(HEIGHT_IN, 1.6 + 0.26 * len(df))), axis_title_y=element_blank(),

@@ -15,15 +15,21 @@ whatever the shares.
 from __future__ import annotations
 
 import argparse
+import os
 
-import gloo_exit
-import numpy as np
-import torch
-import torch.distributed as dist
-from step_clock import StepClock
-from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader
-from workload import SyntheticImages, make_model
+# Threads that wait at OpenMP barriers spin by default, taking the core from the other rank;
+# on a machine whose cores the ranks share, that makes the thread count's effect erratic.
+# Passive waiting must be chosen before torch (and its OpenMP runtime) is loaded.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import gloo_exit  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from step_clock import StepClock  # noqa: E402
+from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
+from torch.utils.data import DataLoader  # noqa: E402
+from workload import SyntheticImages, make_model  # noqa: E402
 
 
 def numbers(kind: type, text: str) -> list:

@@ -80,6 +80,8 @@ def solve(fixed: np.ndarray, scaled: np.ndarray, shares: np.ndarray) -> tuple[np
     """(balanced shares, T): the shares that give every rank the same compute T [ms]."""
     rate = np.where(scaled > 0, shares / np.where(scaled > 0, scaled, 1), 0.0)
     active = rate > 0
+    if not active.any():  # no compute that scales with the samples: nothing to move
+        return np.asarray(shares, float), float(np.max(fixed)) if len(fixed) else float("nan")
     for _ in range(len(rate)):
         t = (1 + (fixed * rate)[active].sum()) / rate[active].sum()
         new = np.where(active, (t - fixed) * rate, 0.0)
@@ -137,13 +139,14 @@ def rebalance(m: pd.DataFrame, shares: list[float], global_batch: float | None) 
     run used."""
     out = m.copy()
     out["share"] = shares
-    out["samples"] = [s * global_batch for s in shares] if global_batch else np.nan
+    total = int(round(global_batch)) if global_batch else None
+    out["samples"] = split_batch(total, shares) if total else np.nan
     out["fixed_ms"] = (out["compute_ms"] - out["scaled_ms"]).clip(lower=0)
     out["throughput_sps"] = out["samples"] / (out["scaled_ms"] / 1000).where(out["scaled_ms"] > 0)
     balanced, t = solve(out["fixed_ms"].to_numpy(float), out["scaled_ms"].to_numpy(float),
                         out["share"].to_numpy(float))
     out["balanced_share"] = balanced
-    out["balanced_samples"] = split_batch(int(round(global_batch)), list(balanced)) if global_batch else pd.NA
+    out["balanced_samples"] = split_batch(total, list(balanced)) if total else pd.NA
     out["predicted_compute_ms"] = t
     out["predicted_step_ms"] = t + float(out["comm_ms"].fillna(0).mean())
     return out[RANK_BALANCE.names]

@@ -28,6 +28,12 @@ def step_ranges(steps: list[int], most: int = 4) -> str:
     return f"step {shown}" if len(steps) == 1 else f"steps {shown}"
 
 
+def ms(ns: float) -> str:
+    """120.0 ms, 1.25 ms, 0.0123 ms: a tenth of a millisecond, or three significant digits below 10 ms."""
+    v = ns / 1e6
+    return f"{v:.1f} ms" if v >= 10 else f"{v:.3g} ms"
+
+
 def delay_lines(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[str]:
     """One sentence per cause, largest first: "rank 3's dltrace.dataloader at steps 7-9
     caused 120.0 ms of idle on 7 ranks (40% of all idle)"."""
@@ -45,7 +51,7 @@ def delay_lines(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[str]:
             who = "an unknown rank"
         ranks = f"{waiting} rank{'s' if waiting != 1 else ''}"
         pct = f" ({100 * share:.0f}% of all idle)" if share is not None else ""
-        out.append(f"{who} at {step_ranges(list(steps or []))} caused {idle_ns / 1e6:.1f} ms of idle "
+        out.append(f"{who} at {step_ranges(list(steps or []))} caused {ms(idle_ns)} of idle "
                    f"on {ranks}{pct}")
     return out
 

@@ -194,7 +194,9 @@ def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[st
                     WHEN r.category = '{Category.P2P}' THEN {P2P_KIND}
                     WHEN r.category = '{Category.WAIT}' THEN {WAIT_KIND}
                     WHEN r.category IN {listed(PER_SAMPLE)} THEN {PER_SAMPLE_KIND}
-                    ELSE {OTHER_KIND} END AS kind
+                    ELSE {OTHER_KIND} END AS kind,
+               -- as the phase model names a collective region that has no record
+               CAST(lower(replace(r.name, '_', '')) LIKE '%allreduce%' AS INTEGER) AS allreduce_name
         FROM intervals i JOIN locations l USING (location_id) JOIN regions r USING (region_id)
         WHERE l.is_main AND i.end_ns >= $lo AND i.start_ns <= $hi
     """, {"lo": t0, "hi": t1}).fetchnumpy()
@@ -243,7 +245,8 @@ def _comm(main: dict[str, np.ndarray], colls: pd.DataFrame) -> pd.DataFrame:
                       "end": colls["leave_ns"].to_numpy(np.int64), "kind": colls["op"].to_numpy(object)}),
         pd.DataFrame({"rank": bare["rank"].to_numpy(np.int64), "start": bare["start_ns"].to_numpy(np.int64),
                       "end": bare["end_ns"].to_numpy(np.int64),
-                      "kind": np.where(bare["kind"] == P2P_KIND, "p2p", "other").astype(object)}),
+                      "kind": np.select([bare["kind"] == P2P_KIND, bare["allreduce_name"] == 1],
+                                        ["p2p", "allreduce"], "other").astype(object)}),
     ], ignore_index=True)
 
 
