@@ -39,6 +39,16 @@ def insert(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame,
 def build_causes(con: duckdb.DuckDBPyConnection) -> None:
     """Fill overlap, delays, delay_totals, critical_path, critical_path_regions, step_balance
     and rank_balance from the run's steps, phases, collectives and messages."""
+    con.begin()  # one transaction: one write of the log instead of one per statement
+    try:
+        _build(con)
+    except BaseException:
+        con.rollback()
+        raise
+    con.commit()
+
+
+def _build(con: duckdb.DuckDBPyConnection) -> None:
     steps = StepIndex(con)
     ends, computes = [], []
     for win in windows(con, steps):

@@ -31,6 +31,8 @@ from analyze.tables import phases
 WINDOW_INTERVALS = 2_000_000
 NO_REGION = -1  # time on the main thread inside no region
 NO_REGION_NAME = "(no region)"
+TIME_BITS = 47  # ns from the trace start that fit the sort key of pieces_of (39 hours)
+TIE_DEPTHS = 1 << 15
 PER_SAMPLE = (Category.DATALOADER, Category.FORWARD, Category.BACKWARD)
 IDLE = phases.PHASES.index(phases.Phase.IDLE)
 COMPUTE = phases.PHASES.index(phases.Phase.COMPUTE)
@@ -85,9 +87,13 @@ def pieces_of(idx: np.ndarray, parent: np.ndarray, depth: np.ndarray, region: np
         z = np.zeros(0, np.int64)
         return Pieces(z, z, z)
     times = np.concatenate([start, end])
-    is_enter = np.concatenate([np.ones(n, bool), np.zeros(n, bool)])
-    tie = np.concatenate([depth, -depth])
-    order = np.lexsort((tie, is_enter, times))
+    is_enter = np.concatenate([np.ones(n, np.int64), np.zeros(n, np.int64)])
+    tie = np.concatenate([depth, TIE_DEPTHS - 1 - depth])  # enters shallow first, leaves deep first
+    if len(times) and times.min() >= 0 and times.max() < 1 << TIME_BITS and depth.max() < TIE_DEPTHS:
+        # one int64 key sorts several times faster than a three-key lexsort
+        order = np.argsort((times << (63 - TIME_BITS)) | (is_enter << 15) | tie, kind="stable")
+    else:  # traces longer than 39 hours, or nesting deeper than 32768
+        order = np.lexsort((tie, is_enter, times))
     owner_idx = np.concatenate([idx, parent])[order]
     times = times[order]
     # region of each idx through a dense table over the window's idx span (instances are
