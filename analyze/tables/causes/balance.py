@@ -27,28 +27,33 @@ import numpy as np
 import pandas as pd
 
 from analyze.schema import RANK_BALANCE
-from analyze.tables.causes.window import COMPUTE, Window
+from analyze.tables.causes.window import COMPUTE, IDLE, Window
+from analyze.tables.phases import PHASES
 
 
-def step_compute(win: Window) -> pd.DataFrame:
-    """Per rank and step of a window: compute_ns (the phase) and scaled_ns (its part inside
-    data loading, forward or backward)."""
+def step_summary(win: Window) -> pd.DataFrame:
+    """Per rank and step of a window, from the phase model's sweep: duration_ns, compute_ns,
+    idle_ns, comm_ns (allreduce, other_comm and other) and scaled_ns (compute inside data
+    loading, forward or backward). The phases equal the phases table's."""
     parts = []
     for rank, rw in win.ranks.items():
-        if len(rw.bounds) < 2:
+        n = len(rw.steps)
+        if len(rw.bounds) < 2 or n == 0:
             continue
         inside = rw.step_of >= 0
         length = np.diff(rw.bounds)[inside]
-        computing = (rw.codes == COMPUTE)[inside]
+        code = rw.codes[inside]
         step = rw.step_of[inside]
-        n = len(rw.steps)
+        per_phase = np.bincount(step * len(PHASES) + code, weights=length,
+                                minlength=n * len(PHASES)).astype(np.int64).reshape(n, len(PHASES))
         parts.append(pd.DataFrame({
-            "rank": rank, "step": rw.steps,
-            "compute_ns": np.bincount(step, weights=length * computing, minlength=n).astype(np.int64),
-            "scaled_ns": np.bincount(step, weights=length * (computing & rw.per_sample[inside]),
+            "rank": rank, "step": rw.steps, "duration_ns": rw.step_end - rw.step_start,
+            "compute_ns": per_phase[:, COMPUTE], "idle_ns": per_phase[:, IDLE],
+            "comm_ns": per_phase.sum(axis=1) - per_phase[:, COMPUTE] - per_phase[:, IDLE],
+            "scaled_ns": np.bincount(step, weights=length * ((code == COMPUTE) & rw.per_sample[inside]),
                                      minlength=n).astype(np.int64)}))
     return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["rank", "step", "compute_ns", "scaled_ns"])
+        columns=["rank", "step", "duration_ns", "compute_ns", "idle_ns", "comm_ns", "scaled_ns"])
 
 
 def split_batch(total: int, shares: list[float]) -> list[int]:
@@ -103,33 +108,21 @@ def batch_of(params: dict[str, Any], ranks: int) -> tuple[list[float], float | N
     return [1.0 / ranks] * ranks, float(total) if isinstance(total, int | float) else None
 
 
-def medians(con: duckdb.DuckDBPyConnection, per_step: pd.DataFrame) -> pd.DataFrame:
-    """Per rank: steps, step_ms, compute_ms, scaled_ms, comm_ms, idle_ms (medians over the
-    steps after the first, or the only step)."""
-    con.register("step_compute_rows", per_step)
-    try:
-        df = con.execute("""
-            WITH p AS (
-                SELECT rank, step,
-                       sum(duration_ns) FILTER (WHERE phase = 'idle') AS idle,
-                       sum(duration_ns) FILTER (WHERE phase IN ('allreduce', 'other_comm', 'other')) AS comm
-                FROM phases GROUP BY rank, step
-            ),
-            s AS (
-                SELECT s.rank, s.step, s.duration_ns, p.idle, p.comm, c.compute_ns, c.scaled_ns,
-                       count(*) OVER (PARTITION BY s.rank) AS n
-                FROM steps s JOIN p USING (rank, step)
-                JOIN step_compute_rows c ON c.rank = s.rank AND c.step = s.step
-            )
-            SELECT rank, count(*) AS steps, median(duration_ns) / 1e6 AS step_ms,
-                   median(compute_ns) / 1e6 AS compute_ms, median(scaled_ns) / 1e6 AS scaled_ms,
-                   median(comm) / 1e6 AS comm_ms, median(idle) / 1e6 AS idle_ms
-            FROM s WHERE n = 1 OR step > (SELECT min(step) FROM steps)
-            GROUP BY rank ORDER BY rank
-        """).df()
-    finally:
-        con.unregister("step_compute_rows")
-    if len(df) and (df["scaled_ms"] <= 0).all():  # no data loading/forward/backward regions
+def medians(per_step: pd.DataFrame) -> pd.DataFrame:
+    """Per rank: steps, step_ms, compute_ms, scaled_ms, comm_ms, idle_ms: medians over the
+    steps after the run's first (warm-up), or over the only step. ``per_step``:
+    :func:`step_summary` of every window."""
+    if per_step.empty:
+        return pd.DataFrame(columns=["rank", "steps", "step_ms", "compute_ms", "scaled_ms", "comm_ms", "idle_ms"])
+    first = per_step["step"].min()
+    used = per_step[(per_step["step"] > first) | (per_step.groupby("rank")["step"].transform("count") == 1)]
+    g = used.groupby("rank")
+    df = pd.DataFrame({"steps": g.size()})
+    for col, src in (("step_ms", "duration_ns"), ("compute_ms", "compute_ns"), ("scaled_ms", "scaled_ns"),
+                     ("comm_ms", "comm_ns"), ("idle_ms", "idle_ns")):
+        df[col] = g[src].median() / 1e6
+    df = df.reset_index()
+    if (df["scaled_ms"] <= 0).all():  # no data loading/forward/backward regions
         df["scaled_ms"] = df["compute_ms"]
     return df
 
@@ -153,8 +146,9 @@ def rebalance(m: pd.DataFrame, shares: list[float], global_batch: float | None) 
 
 
 def rank_balance(con: duckdb.DuckDBPyConnection, per_step: pd.DataFrame) -> pd.DataFrame:
-    """The ``rank_balance`` rows of a run, shares and batch from its run.json parameters."""
-    m = medians(con, per_step)
+    """The ``rank_balance`` rows of a run, shares and batch from its run.json parameters;
+    ``per_step``: :func:`step_summary` of every window."""
+    m = medians(per_step)
     if m.empty:
         return pd.DataFrame(columns=RANK_BALANCE.names)
     rows = con.execute("SELECT params FROM runs").fetchall()

@@ -13,7 +13,7 @@ MAIN_SHARE = 0.9  # delay_totals.main_steps: the fewest steps holding this share
 
 
 def insert(con: duckdb.DuckDBPyConnection, table: str, df: pd.DataFrame,
-           region: tuple[str, str] | None = None) -> None:
+           region: tuple[str, str | None] | None = None) -> None:
     """Append ``df``'s columns (named as the table's) to ``table``. With ``region`` = (name
     column, category column), those two come from ``df.region_id`` through the regions table
     (names are decoded in SQL, not in Python)."""
@@ -50,7 +50,7 @@ def build_causes(con: duckdb.DuckDBPyConnection) -> None:
 
 def _build(con: duckdb.DuckDBPyConnection) -> None:
     steps = StepIndex(con)
-    ends, computes = [], []
+    summaries = []
     for win in windows(con, steps):
         insert(con, "overlap", overlap.window_overlap(win))
         waits = delays.idle_waits(win)
@@ -58,12 +58,13 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         chain, regions, path_ends = critical_path.window_paths(win, waits)
         insert(con, "critical_path", chain)
         insert(con, "critical_path_regions", regions, ("region", "category"))
-        ends.append(path_ends)
-        computes.append(balance.step_compute(win))
+        summary = balance.step_summary(win)
+        insert(con, "step_balance", critical_path.step_balance(path_ends, chain, regions, summary),
+               ("critical_region", None))
+        summaries.append(summary)
     _delay_totals(con)
-    if ends:
-        _step_balance(con, pd.concat(ends, ignore_index=True))
-        insert(con, "rank_balance", balance.rank_balance(con, pd.concat(computes, ignore_index=True)))
+    if summaries:
+        insert(con, "rank_balance", balance.rank_balance(con, pd.concat(summaries, ignore_index=True)))
 
 
 def _delay_totals(con: duckdb.DuckDBPyConnection) -> None:
@@ -96,31 +97,3 @@ def _delay_totals(con: duckdb.DuckDBPyConnection) -> None:
         FROM t JOIN m ON {same}
         ORDER BY t.idle_ns DESC, t.cause_rank, t.cause_region
     """)
-
-
-def _step_balance(con: duckdb.DuckDBPyConnection, ends: pd.DataFrame) -> None:
-    con.register("path_ends", ends)
-    try:
-        con.execute(f"""
-            INSERT INTO step_balance
-            WITH busy AS (
-                SELECT s.step, s.rank, s.duration_ns,
-                       s.duration_ns - coalesce(sum(p.duration_ns) FILTER (WHERE p.phase = '{Phase.IDLE}'), 0) AS busy
-                FROM steps s LEFT JOIN phases p USING (rank, step)
-                GROUP BY s.step, s.rank, s.duration_ns
-            ),
-            b AS (SELECT step, count(*) AS ranks, max(duration_ns) AS slowest, avg(busy) AS balanced
-                  FROM busy GROUP BY step),
-            pr AS (SELECT step, rank, sum(duration_ns) AS ns FROM critical_path GROUP BY step, rank),
-            prs AS (SELECT step, count(*) FILTER (WHERE ns > 0) AS path_ranks, arg_max(rank, ns) AS top_rank
-                    FROM pr GROUP BY step),
-            rg AS (SELECT step, region, sum(duration_ns) AS ns FROM critical_path_regions GROUP BY step, region),
-            rgs AS (SELECT step, arg_max(region, ns) AS top_region FROM rg GROUP BY step)
-            SELECT e.step, b.ranks, e.start_ns, e.end_ns, e.end_ns - e.start_ns, b.slowest,
-                   CAST(round(b.balanced) AS BIGINT), e.end_ns - e.start_ns - CAST(round(b.balanced) AS BIGINT),
-                   e.end_rank, prs.path_ranks, prs.top_rank, rgs.top_region
-            FROM path_ends e JOIN b USING (step) LEFT JOIN prs USING (step) LEFT JOIN rgs USING (step)
-            ORDER BY e.step
-        """)
-    finally:
-        con.unregister("path_ends")

@@ -109,3 +109,26 @@ def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
                             "duration_ns": t["ns"].astype(np.int64)})
     ends_df = pd.DataFrame(summary, columns=["step", "start_ns", "end_ns", "end_rank"])
     return chain, regions, ends_df
+
+
+def step_balance(ends: pd.DataFrame, chain: pd.DataFrame, regions: pd.DataFrame,
+                 per_step: pd.DataFrame) -> pd.DataFrame:
+    """The ``step_balance`` rows of a window's steps (``critical_region`` as the region_id of
+    the region with the most time on the path). ``per_step``: the ranks' step summaries
+    (:func:`.balance.step_summary`): balanced = mean over ranks of duration - idle."""
+    busy = per_step.assign(busy=per_step["duration_ns"] - per_step["idle_ns"]).groupby("step")
+    b = pd.DataFrame({"ranks": busy.size(), "slowest_rank_ns": busy["duration_ns"].max(),
+                      "balanced_ns": busy["busy"].mean().round().astype(np.int64)}).reset_index()
+    on_path = chain.groupby(["step", "rank"], as_index=False)["duration_ns"].sum()
+    ranks = on_path.sort_values(["step", "duration_ns", "rank"], ascending=[True, False, True]).groupby("step")
+    top_rank = ranks.first()["rank"].rename("critical_rank")
+    path_ranks = on_path[on_path["duration_ns"] > 0].groupby("step").size().rename("path_ranks")
+    by_region = regions.groupby(["step", "region_id"], as_index=False)["duration_ns"].sum()
+    top_region = (by_region.sort_values(["step", "duration_ns"], ascending=[True, False]).groupby("step")
+                  .first()["region_id"])
+    out = ends.merge(b, on="step").join(path_ranks, on="step").join(top_rank, on="step")
+    out["region_id"] = out["step"].map(top_region)
+    out["duration_ns"] = out["end_ns"] - out["start_ns"]
+    out["imbalance_ns"] = out["duration_ns"] - out["balanced_ns"]
+    out["path_ranks"] = out["path_ranks"].fillna(0).astype(np.int64)
+    return out

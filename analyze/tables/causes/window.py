@@ -28,7 +28,7 @@ import pandas as pd
 from analyze.schema import Category
 from analyze.tables import phases
 
-WINDOW_INTERVALS = 2_000_000
+WINDOW_INTERVALS = 1_000_000  # main-thread intervals per window: a few hundred MB at most
 NO_REGION = -1  # time on the main thread inside no region
 NO_REGION_NAME = "(no region)"
 TIME_BITS = 47  # ns from the trace start that fit the sort key of pieces_of (39 hours)
@@ -62,13 +62,14 @@ class Pieces:
         ns = np.minimum(self.end[k], e[q]) - np.maximum(self.start[k], b[q])
         covered = np.bincount(q, weights=ns, minlength=len(b)).astype(np.int64)
         rest = (e - b) - covered
-        out = pd.DataFrame({
-            "q": np.concatenate([q, np.flatnonzero(rest > 0)]),
-            "region": np.concatenate([self.region[k], np.full(int((rest > 0).sum()), NO_REGION)]),
-            "ns": np.concatenate([ns, rest[rest > 0]]),
-        })
-        out = out[out["ns"] > 0]
-        return out.groupby(["q", "region"], as_index=False, sort=False)["ns"].sum()
+        q = np.concatenate([q, np.flatnonzero(rest > 0)])
+        region = np.concatenate([self.region[k], np.full(int((rest > 0).sum()), NO_REGION)])
+        ns = np.concatenate([ns, rest[rest > 0]])
+        # sum per (query, region) through one int64 key (region ids are 32-bit OTF2 references)
+        keys, where = np.unique(q << 32 | (region + 2), return_inverse=True)
+        total = np.bincount(where, weights=ns, minlength=len(keys)).astype(np.int64)
+        out = pd.DataFrame({"q": keys >> 32, "region": (keys & 0xFFFFFFFF) - 2, "ns": total})
+        return out[out["ns"] > 0].reset_index(drop=True)
 
 
 def pieces_of(idx: np.ndarray, parent: np.ndarray, depth: np.ndarray, region: np.ndarray,
@@ -81,7 +82,8 @@ def pieces_of(idx: np.ndarray, parent: np.ndarray, depth: np.ndarray, region: np
     stretch up to the next event, with no stack.
     """
     keep = end > start  # empty instances hold no time
-    idx, parent, depth, region, start, end = (a[keep] for a in (idx, parent, depth, region, start, end))
+    if not keep.all():
+        idx, parent, depth, region, start, end = (a[keep] for a in (idx, parent, depth, region, start, end))
     n = len(idx)
     if n == 0:
         z = np.zeros(0, np.int64)
@@ -91,7 +93,7 @@ def pieces_of(idx: np.ndarray, parent: np.ndarray, depth: np.ndarray, region: np
     tie = np.concatenate([depth, TIE_DEPTHS - 1 - depth])  # enters shallow first, leaves deep first
     if len(times) and times.min() >= 0 and times.max() < 1 << TIME_BITS and depth.max() < TIE_DEPTHS:
         # one int64 key sorts several times faster than a three-key lexsort
-        order = np.argsort((times << (63 - TIME_BITS)) | (is_enter << 15) | tie, kind="stable")
+        order = np.argsort((times << (63 - TIME_BITS)) | (is_enter << 15) | tie)
     else:  # traces longer than 39 hours, or nesting deeper than 32768
         order = np.lexsort((tie, is_enter, times))
     owner_idx = np.concatenate([idx, parent])[order]
@@ -185,8 +187,10 @@ def sync_start(rank_window: RankWindow | None, steps: StepIndex, rank: int, t: n
     return np.minimum(b, t)
 
 
-# Main-thread interval kinds, worked out in SQL so that only integers reach Python.
-OTHER_KIND, COLLECTIVE_KIND, P2P_KIND, WAIT_KIND, PER_SAMPLE_KIND = range(5)
+# Main-thread interval kinds, worked out in SQL so that only integers reach Python. A
+# collective region without a collective record is named as the phase model names it.
+OTHER_KIND, COLLECTIVE_KIND, ALLREDUCE_NAMED_KIND, P2P_KIND, WAIT_KIND, PER_SAMPLE_KIND = range(6)
+BLOCKING_KINDS = (COLLECTIVE_KIND, ALLREDUCE_NAMED_KIND, P2P_KIND, WAIT_KIND)
 
 
 def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[str, np.ndarray]:
@@ -194,17 +198,22 @@ def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[st
         return "(" + ", ".join(f"'{c}'" for c in cats) + ")"
 
     got = con.execute(f"""
-        SELECT i.rank, i.location_id, i.idx, coalesce(i.parent_idx, -1) AS parent, i.depth,
-               i.region_id, i.start_ns, i.end_ns,
-               CASE WHEN r.category = '{Category.COLLECTIVE}' THEN {COLLECTIVE_KIND}
-                    WHEN r.category = '{Category.P2P}' THEN {P2P_KIND}
-                    WHEN r.category = '{Category.WAIT}' THEN {WAIT_KIND}
-                    WHEN r.category IN {listed(PER_SAMPLE)} THEN {PER_SAMPLE_KIND}
-                    ELSE {OTHER_KIND} END AS kind,
-               -- as the phase model names a collective region that has no record
-               CAST(lower(replace(r.name, '_', '')) LIKE '%allreduce%' AS INTEGER) AS allreduce_name
-        FROM intervals i JOIN locations l USING (location_id) JOIN regions r USING (region_id)
-        WHERE l.is_main AND i.end_ns >= $lo AND i.start_ns <= $hi
+        WITH kinds AS (
+            SELECT region_id,
+                   CASE WHEN category = '{Category.COLLECTIVE}' AND lower(replace(name, '_', '')) LIKE '%allreduce%'
+                          THEN {ALLREDUCE_NAMED_KIND}
+                        WHEN category = '{Category.COLLECTIVE}' THEN {COLLECTIVE_KIND}
+                        WHEN category = '{Category.P2P}' THEN {P2P_KIND}
+                        WHEN category = '{Category.WAIT}' THEN {WAIT_KIND}
+                        WHEN category IN {listed(PER_SAMPLE)} THEN {PER_SAMPLE_KIND}
+                        ELSE {OTHER_KIND} END AS kind
+            FROM regions
+        )
+        SELECT i.rank, i.idx, coalesce(i.parent_idx, -1) AS parent, i.depth, i.region_id,
+               i.start_ns, i.end_ns, k.kind
+        FROM intervals i JOIN kinds k USING (region_id)
+        WHERE i.location_id IN (SELECT location_id FROM locations WHERE is_main)
+          AND i.end_ns >= $lo AND i.start_ns <= $hi
     """, {"lo": t0, "hi": t1}).fetchnumpy()
     return {k: np.asarray(v, np.int64) for k, v in got.items()}
 
@@ -240,19 +249,20 @@ def _comm(main: dict[str, np.ndarray], colls: pd.DataFrame) -> pd.DataFrame:
     """Communication intervals with their kind (the collective's op, or p2p): every
     collective (synchronous or on a lane) and the main thread's communication regions that
     carry no collective record (messages, MPI_Wait, a Score-P user region named allreduce)."""
-    comm_region = np.isin(main["kind"], (COLLECTIVE_KIND, P2P_KIND))
-    bare = pd.DataFrame({k: v[comm_region] for k, v in main.items()})
-    sync = colls[~colls["is_async"].astype(bool)][["location_id", "interval_idx"]].assign(has=True)
-    bare = bare.merge(sync, left_on=["location_id", "idx"], right_on=["location_id", "interval_idx"],
-                      how="left")
-    bare = bare[bare["has"].isna()]
+    comm_region = np.isin(main["kind"], (COLLECTIVE_KIND, ALLREDUCE_NAMED_KIND, P2P_KIND))
+    sync = colls[~colls["is_async"].astype(bool)]
+    # a main thread is one location per rank, so (rank, instance number) names an instance
+    rank, idx = main["rank"][comm_region], main["idx"][comm_region]
+    recorded = sync["rank"].to_numpy(np.int64) << 40 | sync["interval_idx"].to_numpy(np.int64)
+    bare = ~np.isin(rank << 40 | idx, recorded)
+    kind = main["kind"][comm_region][bare]
     return pd.concat([
         pd.DataFrame({"rank": colls["rank"].to_numpy(np.int64), "start": colls["enter_ns"].to_numpy(np.int64),
                       "end": colls["leave_ns"].to_numpy(np.int64), "kind": colls["op"].to_numpy(object)}),
-        pd.DataFrame({"rank": bare["rank"].to_numpy(np.int64), "start": bare["start_ns"].to_numpy(np.int64),
-                      "end": bare["end_ns"].to_numpy(np.int64),
-                      "kind": np.select([bare["kind"] == P2P_KIND, bare["allreduce_name"] == 1],
-                                        ["p2p", "allreduce"], "other").astype(object)}),
+        pd.DataFrame({"rank": rank[bare], "start": main["start_ns"][comm_region][bare],
+                      "end": main["end_ns"][comm_region][bare],
+                      "kind": np.select([kind == P2P_KIND, kind == ALLREDUCE_NAMED_KIND], ["p2p", "allreduce"],
+                                        "other").astype(object)}),
     ], ignore_index=True)
 
 
@@ -271,12 +281,24 @@ def _rank_window(rank: int, st: pd.DataFrame, segs: pd.DataFrame, m: dict[str, n
         segs["start"].to_numpy(np.int64), segs["end"].to_numpy(np.int64), segs["level"].to_numpy(np.int64),
         np.concatenate([step_start, step_end]))
     pieces = pieces_of(m["idx"], m["parent"], m["depth"], m["region_id"], m["start_ns"], m["end_ns"])
-    blocking = np.sort(m["end_ns"][np.isin(m["kind"], (COLLECTIVE_KIND, P2P_KIND, WAIT_KIND))])
+    blocking = np.sort(m["end_ns"][np.isin(m["kind"], BLOCKING_KINDS)])
     ps = m["kind"] == PER_SAMPLE_KIND
     per_sample = coverage(bounds, m["start_ns"][ps], m["end_ns"][ps]) > 0
     step_of = step_index(bounds[:-1], step_start, step_end) if len(bounds) > 1 else np.zeros(0, np.int64)
     return RankWindow(rank, st["step"].to_numpy(np.int64), step_start, step_end, bounds, codes, step_of,
                       pieces, blocking, per_sample)
+
+
+def _split_by_rank(main: dict[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
+    """The columns of each rank (slices, not copies, when the rows come grouped by rank)."""
+    rank = main["rank"]
+    if len(rank) and (np.diff(rank) < 0).any():
+        order = np.argsort(rank, kind="stable")
+        main = {k: v[order] for k, v in main.items()}
+        rank = main["rank"]
+    values, first = np.unique(rank, return_index=True)
+    last = np.append(first[1:], len(rank))
+    return {int(r): {k: v[a:b] for k, v in main.items()} for r, a, b in zip(values, first, last, strict=True)}
 
 
 def windows(con: duckdb.DuckDBPyConnection, steps: StepIndex) -> Iterator[Window]:
@@ -297,8 +319,8 @@ def windows(con: duckdb.DuckDBPyConnection, steps: StepIndex) -> Iterator[Window
         main = _main_intervals(con, t0, t1)
         colls = _collectives(con, t0, t1)
         ranks = {}
+        by_rank = _split_by_rank(main)
         for rank, rs in st.groupby("rank"):
-            mine = main["rank"] == rank
             ranks[int(rank)] = _rank_window(int(rank), rs, segs[segs["rank"] == rank],
-                                            {k: v[mine] for k, v in main.items()})
+                                            by_rank.get(int(rank), {k: v[:0] for k, v in main.items()}))
         yield Window(t0, t1, ranks, _comm(main, colls), colls, _p2p_waits(con, t0, t1))
