@@ -80,3 +80,23 @@ def test_time_in_splits_a_query_over_regions_and_no_region() -> None:
     rows = sorted(map(tuple, got[["q", "region", "ns"]].to_numpy().tolist()))
     # query 0: 5 ns of region 7 before 10, 10 of region 8, 5 of 7 again, 10 in no region
     assert rows == [(0, NO_REGION, 10), (0, 7, 10), (0, 8, 10), (1, 7, 5)]
+
+
+def test_windows_of_a_step_or_two_give_the_same_tables(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Long traces are analyzed a few steps at a time; the windows must not show."""
+    import duckdb
+
+    import analyze
+    from analyze.tables.causes import window
+    from bench import synth
+
+    run, _ = synth.write(10_000, tmp_path / "run")  # 45 of the benchmark's DDP-like steps, 2 ranks
+    whole = analyze.build(run, db=tmp_path / "whole.duckdb").db
+    monkeypatch.setattr(window, "WINDOW_INTERVALS", 400)  # windows of 4 steps
+    windowed = analyze.build(run, db=tmp_path / "windowed.duckdb").db
+    for table in ("overlap", "delays", "delay_totals", "critical_path", "critical_path_regions",
+                  "step_balance", "rank_balance"):
+        query = f"SELECT * FROM {table} ORDER BY ALL"
+        a = duckdb.connect(str(whole), read_only=True).execute(query).fetchall()
+        b = duckdb.connect(str(windowed), read_only=True).execute(query).fetchall()
+        assert a == b and len(a) > 0, table

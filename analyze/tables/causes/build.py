@@ -48,20 +48,54 @@ def build_causes(con: duckdb.DuckDBPyConnection) -> None:
     con.commit()
 
 
+REGION_COLUMNS: dict[str, tuple[str, str | None]] = {
+    "delays": ("cause_region", "cause_category"),
+    "critical_path_regions": ("region", "category"),
+    "step_balance": ("critical_region", None),
+}
+BATCH_ROWS = 500_000  # rows gathered before an insert: few statements, bounded memory
+
+
+class Batches:
+    """Rows for each table, inserted a batch at a time (each statement has a fixed cost)."""
+
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.con = con
+        self.parts: dict[str, list[pd.DataFrame]] = {}
+        self.rows: dict[str, int] = {}
+
+    def add(self, table: str, df: pd.DataFrame) -> None:
+        if df.empty:
+            return
+        self.parts.setdefault(table, []).append(df)
+        self.rows[table] = self.rows.get(table, 0) + len(df)
+        if self.rows[table] >= BATCH_ROWS:
+            self.flush(table)
+
+    def flush(self, table: str | None = None) -> None:
+        for name in [table] if table else list(self.parts):
+            parts = self.parts.pop(name, [])
+            self.rows.pop(name, None)
+            if parts:
+                df = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+                insert(self.con, name, df, REGION_COLUMNS.get(name))
+
+
 def _build(con: duckdb.DuckDBPyConnection) -> None:
     steps = StepIndex(con)
+    batches = Batches(con)
     summaries = []
     for win in windows(con, steps):
-        insert(con, "overlap", overlap.window_overlap(win))
+        batches.add("overlap", overlap.window_overlap(win))
         waits = delays.idle_waits(win)
-        insert(con, "delays", delays.attribute(win, steps, waits), ("cause_region", "cause_category"))
+        batches.add("delays", delays.attribute(win, steps, waits))
         chain, regions, path_ends = critical_path.window_paths(win, waits)
-        insert(con, "critical_path", chain)
-        insert(con, "critical_path_regions", regions, ("region", "category"))
+        batches.add("critical_path", chain)
+        batches.add("critical_path_regions", regions)
         summary = balance.step_summary(win)
-        insert(con, "step_balance", critical_path.step_balance(path_ends, chain, regions, summary),
-               ("critical_region", None))
+        batches.add("step_balance", critical_path.step_balance(path_ends, chain, regions, summary))
         summaries.append(summary)
+    batches.flush()
     _delay_totals(con)
     if summaries:
         insert(con, "rank_balance", balance.rank_balance(con, pd.concat(summaries, ignore_index=True)))

@@ -28,7 +28,7 @@ import pandas as pd
 from analyze.schema import Category
 from analyze.tables import phases
 
-WINDOW_INTERVALS = 1_000_000  # main-thread intervals per window: a few hundred MB at most
+WINDOW_INTERVALS = 2_000_000  # main-thread intervals per window (as phases.WINDOW_SEGMENTS)
 NO_REGION = -1  # time on the main thread inside no region
 NO_REGION_NAME = "(no region)"
 TIME_BITS = 47  # ns from the trace start that fit the sort key of pieces_of (39 hours)
