@@ -81,12 +81,26 @@ def compute_spread(db) -> float:  # type: ignore[no-untyped-def]
 
 
 def test_suggested_shares_balance_unequal_ranks(runs_dir: Path) -> None:
-    # rank 0 computes with 2 threads and 70% of each batch, rank 1 with 1 thread and 30%
+    """Rank 0 computes with 2 threads, rank 1 with 1 (measured here under a load average of
+    about 7: 49 and 29 samples/s with equal shares, 28 and 27 with 1 thread each), and rank 0
+    starts with 70% of each batch.
+
+    The two ranks share this machine's 2 cores, so a rank computes faster while the other
+    waits than while both compute: the first suggestion is measured partly in the former
+    regime and may over-correct. Measured here: spreads of 44-47% before, 4%, 11% and 21%
+    after one round in three tries, 4% after a second. The test allows a second round. Ranks
+    on devices of their own (a GPU and the CPU) do not slow each other down; there one round
+    is the model's case (docs/causes.md)."""
     common = ["runs/hetero_shares.py", "--global-batch", "64", "--threads", "2,1", "--steps", "12",
               "--image-size", "48"]
-    first = traced(runs_dir, "hetero-1", *common, "--shares", "0.7,0.3")
-    db = analyze.open(first.run_dir)
-    assert compute_spread(db) > 0.15  # not balanced to begin with, so the check below can fail
-    shares = [v for (v,) in db.execute("select balanced_share from rank_balance order by rank").fetchall()]
-    second = traced(runs_dir, "hetero-2", *common, "--shares", ",".join(f"{v:.4f}" for v in shares))
-    assert compute_spread(analyze.open(second.run_dir)) <= 0.10
+    db = analyze.open(traced(runs_dir, "hetero-0", *common, "--shares", "0.7,0.3").run_dir)
+    spreads = [compute_spread(db)]
+    assert spreads[0] > 0.15  # not balanced to begin with, so the check below can fail
+    for round_ in (1, 2):
+        shares = [v for (v,) in db.execute("select balanced_share from rank_balance order by rank").fetchall()]
+        db = analyze.open(traced(runs_dir, f"hetero-{round_}", *common, "--shares",
+                                 ",".join(f"{v:.4f}" for v in shares)).run_dir)
+        spreads.append(compute_spread(db))
+        if spreads[-1] <= 0.10:
+            break
+    assert spreads[-1] <= 0.10, spreads
