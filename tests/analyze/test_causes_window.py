@@ -100,3 +100,16 @@ def test_windows_of_a_step_or_two_give_the_same_tables(tmp_path, monkeypatch) ->
         a = duckdb.connect(str(whole), read_only=True).execute(query).fetchall()
         b = duckdb.connect(str(windowed), read_only=True).execute(query).fetchall()
         assert a == b and len(a) > 0, table
+
+
+def test_sums_by_query_and_region_dense_and_sparse(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from analyze.tables.causes import window
+
+    q = np.array([0, 1, 0, 1, 0])
+    region = np.array([3, -1, 3, 7, 2])
+    ns = np.array([5, 6, 7, 8, 9])
+    want = [(0, 2, 9), (0, 3, 12), (1, -1, 6), (1, 7, 8)]
+    dense = window._sum_by(q, region, ns, 2)
+    assert sorted(map(tuple, dense.to_numpy().tolist())) == want
+    monkeypatch.setattr(window, "DENSE_BINS", 1)  # as for region ids too large for a dense array
+    assert sorted(map(tuple, window._sum_by(q, region, ns, 2).to_numpy().tolist())) == want

@@ -65,11 +65,27 @@ class Pieces:
         q = np.concatenate([q, np.flatnonzero(rest > 0)])
         region = np.concatenate([self.region[k], np.full(int((rest > 0).sum()), NO_REGION)])
         ns = np.concatenate([ns, rest[rest > 0]])
-        # sum per (query, region) through one int64 key (region ids are 32-bit OTF2 references)
-        keys, where = np.unique(q << 32 | (region + 2), return_inverse=True)
-        total = np.bincount(where, weights=ns, minlength=len(keys)).astype(np.int64)
-        out = pd.DataFrame({"q": keys >> 32, "region": (keys & 0xFFFFFFFF) - 2, "ns": total})
-        return out[out["ns"] > 0].reset_index(drop=True)
+        return _sum_by(q, region, ns, len(b))
+
+
+DENSE_BINS = 1 << 24  # (query, region) pairs summed in one dense array below this many
+
+
+def _sum_by(q: np.ndarray, region: np.ndarray, ns: np.ndarray, queries: int) -> pd.DataFrame:
+    """Sum ``ns`` per (query, region): columns q, region, ns (non-zero sums only).
+
+    OTF2 region references are small dense integers, so a dense array of queries x regions
+    is usually small enough to sum with one bincount, no sort; otherwise one int64 key
+    (regions are 32-bit references) and a sort."""
+    width = int(region.max()) + 3 if len(region) else 1  # region ids from -2 (pseudo) up
+    if queries * width <= DENSE_BINS:
+        total = np.bincount(q * width + (region + 2), weights=ns, minlength=queries * width)
+        nz = np.flatnonzero(total)
+        return pd.DataFrame({"q": nz // width, "region": nz % width - 2, "ns": total[nz].astype(np.int64)})
+    keys, where = np.unique(q << 32 | (region + 2), return_inverse=True)
+    total = np.bincount(where, weights=ns, minlength=len(keys)).astype(np.int64)
+    out = pd.DataFrame({"q": keys >> 32, "region": (keys & 0xFFFFFFFF) - 2, "ns": total})
+    return out[out["ns"] > 0].reset_index(drop=True)
 
 
 def pieces_of(idx: np.ndarray, parent: np.ndarray, depth: np.ndarray, region: np.ndarray,
