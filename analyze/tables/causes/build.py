@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import duckdb
+import numpy as np
 import pandas as pd
 
 from analyze.schema import BY_NAME, Phase
-from analyze.tables.causes import balance, critical_path, delays, overlap
-from analyze.tables.causes.window import NO_REGION, NO_REGION_NAME, StepIndex, windows
+from analyze.tables.causes import balance, critical_path, delays, overlap, region_time
+from analyze.tables.causes.region_time import NO_REGION, NO_REGION_NAME
+from analyze.tables.causes.window import StepIndex, windows
 
 MAIN_SHARE = 0.9  # delay_totals.main_steps: the fewest steps holding this share of the idle
 
@@ -84,21 +86,39 @@ class Batches:
 def _build(con: duckdb.DuckDBPyConnection) -> None:
     steps = StepIndex(con)
     batches = Batches(con)
-    summaries = []
+    waits, chains, ends, summaries = [], [], [], []
     for win in windows(con, steps):
         batches.add("overlap", overlap.window_overlap(win))
-        waits = delays.idle_waits(win)
-        batches.add("delays", delays.attribute(win, steps, waits))
-        chain, regions, path_ends = critical_path.window_paths(win, waits)
-        batches.add("critical_path", chain)
-        batches.add("critical_path_regions", regions)
-        summary = balance.step_summary(win)
-        batches.add("step_balance", critical_path.step_balance(path_ends, chain, regions, summary))
-        summaries.append(summary)
+        idle = delays.idle_waits(win)
+        waits.append(delays.with_intervals(win, steps, idle))
+        chain, path_ends = critical_path.window_paths(win, idle)
+        chains.append(chain)
+        ends.append(path_ends)
+        summaries.append(balance.step_summary(win))
     batches.flush()
+    if not chains:
+        _delay_totals(con)
+        return
+    w = pd.concat(waits, ignore_index=True)
+    chain = pd.concat(chains, ignore_index=True)
+    # the time per region of every synchronization interval and every stretch of the
+    # critical paths, in one statement over the run's region instances
+    rank, step, b, e = delays.queries(w, steps)
+    times = region_time.region_times(
+        con, np.concatenate([rank, chain["rank"].to_numpy(np.int64)]),
+        np.concatenate([step, chain["step"].to_numpy(np.int64)]),
+        np.concatenate([b, chain["start_ns"].to_numpy(np.int64)]),
+        np.concatenate([e, chain["end_ns"].to_numpy(np.int64)]))
+    q = times["q"].to_numpy()
+    insert(con, "delays", delays.attribute(w, times[q < len(b)], steps), REGION_COLUMNS["delays"])
+    regions = critical_path.path_regions(chain, times[q >= len(b)].assign(q=q[q >= len(b)] - len(b)))
+    summary = pd.concat(summaries, ignore_index=True)
+    insert(con, "critical_path", chain)
+    insert(con, "critical_path_regions", regions, REGION_COLUMNS["critical_path_regions"])
+    insert(con, "step_balance", critical_path.step_balance(pd.concat(ends, ignore_index=True), chain, regions,
+                                                           summary), REGION_COLUMNS["step_balance"])
     _delay_totals(con)
-    if summaries:
-        insert(con, "rank_balance", balance.rank_balance(con, pd.concat(summaries, ignore_index=True)))
+    insert(con, "rank_balance", balance.rank_balance(con, summary))
 
 
 def _delay_totals(con: duckdb.DuckDBPyConnection) -> None:

@@ -20,7 +20,6 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from analyze.tables.causes.delays import region_times
 from analyze.tables.causes.window import Window
 
 PATH_COLUMNS = ["step", "hop", "rank", "start_ns", "end_ns", "duration_ns", "via"]
@@ -77,10 +76,9 @@ def _last_at_or_before(lst: list[tuple[int, int, int, int, str]], t: int) -> int
     return lo - 1
 
 
-def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """(critical_path rows, critical_path_regions rows with region_id for the region's name
-    and category, per-step path ends: step, start_ns, end_ns, end_rank) of the steps in a
-    window; ``waits``: :func:`.delays.idle_waits`."""
+def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(critical_path rows, per-step path ends: step, start_ns, end_ns, end_rank) of the
+    steps in a window; ``waits``: :func:`.delays.idle_waits`."""
     ends: dict[int, dict[int, tuple[int, int]]] = defaultdict(dict)
     for rank, rw in win.ranks.items():
         for s, a, b in zip(rw.steps.tolist(), rw.step_start.tolist(), rw.step_end.tolist(), strict=True):
@@ -95,20 +93,21 @@ def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
         path = walk(ends[step], per_step.get(step, []))
         last = path[0]
         summary.append((step, path[-1][1], last[2], last[0]))
-        for hop, (rank, a, b, via) in enumerate(reversed(path)):
+        for rank, a, b, via in reversed(path):
             if b > a or len(path) == 1:
-                hops.append((step, hop, rank, a, b, b - a, via))
+                hops.append((step, 0, rank, a, b, b - a, via))
     chain = pd.DataFrame(hops, columns=PATH_COLUMNS)
     chain["hop"] = chain.groupby("step").cumcount()
-    t = region_times(win, chain["rank"].to_numpy(np.int64), chain["start_ns"].to_numpy(np.int64),
-                     chain["end_ns"].to_numpy(np.int64))
-    t["step"] = chain["step"].to_numpy()[t["q"].to_numpy(np.int64)]
-    t["rank"] = chain["rank"].to_numpy()[t["q"].to_numpy(np.int64)]
-    t = t.groupby(["step", "rank", "region"], as_index=False)["ns"].sum()
-    regions = pd.DataFrame({"step": t["step"], "rank": t["rank"], "region_id": t["region"],
-                            "duration_ns": t["ns"].astype(np.int64)})
-    ends_df = pd.DataFrame(summary, columns=["step", "start_ns", "end_ns", "end_rank"])
-    return chain, regions, ends_df
+    return chain, pd.DataFrame(summary, columns=["step", "start_ns", "end_ns", "end_rank"])
+
+
+def path_regions(chain: pd.DataFrame, times: pd.DataFrame) -> pd.DataFrame:
+    """critical_path_regions rows (step, rank, region_id, duration_ns) from the chain's
+    stretches and :func:`.region_time.region_times` of them (q: row of ``chain``)."""
+    q = times["q"].to_numpy(np.int64)
+    t = pd.DataFrame({"step": chain["step"].to_numpy()[q], "rank": chain["rank"].to_numpy()[q],
+                      "region_id": times["region"].to_numpy(), "duration_ns": times["ns"].to_numpy()})
+    return t.groupby(["step", "rank", "region_id"], as_index=False)["duration_ns"].sum()
 
 
 def step_balance(ends: pd.DataFrame, chain: pd.DataFrame, regions: pd.DataFrame,

@@ -27,14 +27,8 @@ import numpy as np
 import pandas as pd
 
 from analyze.schema import CauseKind
-from analyze.tables.causes.window import (
-    IDLE,
-    NO_REGION,
-    RankWindow,
-    StepIndex,
-    Window,
-    sync_start,
-)
+from analyze.tables.causes.region_time import NO_REGION
+from analyze.tables.causes.window import IDLE, RankWindow, StepIndex, Window, sync_start
 
 LATE_START = -2  # pseudo region of the excess (b): the cause's interval began later
 COLUMNS = ["rank", "step", "op", "is_async", "comm_id", "seq", "wait_enter_ns", "idle_start_ns",
@@ -126,21 +120,6 @@ def idle_waits(win: Window) -> pd.DataFrame:
     return pd.concat(parts, ignore_index=True)
 
 
-def region_times(win: Window, rank: np.ndarray, b: np.ndarray, e: np.ndarray) -> pd.DataFrame:
-    """Exclusive time per region in [b, e) on each query's rank: q, region, ns."""
-    parts = []
-    for r in np.unique(rank):
-        rw = win.ranks.get(int(r))
-        q = np.flatnonzero(rank == r)
-        if rw is None:
-            parts.append(pd.DataFrame({"q": q, "region": NO_REGION, "ns": e[q] - b[q]}))
-            continue
-        t = rw.pieces.time_in(b[q], e[q])
-        t["q"] = q[t["q"].to_numpy()]
-        parts.append(t)
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["q", "region", "ns"])
-
-
 def split(total: np.ndarray, group: np.ndarray, weight: np.ndarray) -> np.ndarray:
     """Split each group's integer ``total`` over its rows in proportion to ``weight``, in
     whole units summing to the total exactly (largest remainders). ``total`` is per row
@@ -154,26 +133,46 @@ def split(total: np.ndarray, group: np.ndarray, weight: np.ndarray) -> np.ndarra
     return (base + (frac_rank <= left).astype(np.int64)).to_numpy()
 
 
-def attribute(win: Window, steps: StepIndex, waits: pd.DataFrame) -> pd.DataFrame:
-    """The ``delays`` rows of the idle waits of a window (see the module docstring), with
-    ``region_id`` for the cause region's name and category."""
-    if waits.empty:
-        return pd.DataFrame(columns=COLUMNS)
+def with_intervals(win: Window, steps: StepIndex, waits: pd.DataFrame) -> pd.DataFrame:
+    """The idle waits of a window with both ranks' synchronization intervals: b_w (the
+    waiting rank's start; its end is the wait's start) and b_c (the cause rank's; its end
+    is cause_enter_ns). They need the window's blocking communication, so they are found
+    window by window; the time per region in them is summed for the whole run at once."""
     w = waits.reset_index(drop=True)
-    known = w["cause_rank"].notna()
+    if w.empty:
+        return w.assign(b_w=np.zeros(0, np.int64), b_c=np.zeros(0, np.int64))
     w["cause_rank"] = w["cause_rank"].astype("Int64")
-    e_w = w["start"].to_numpy(np.int64)
-    e_c = w["cause_enter_ns"].fillna(0).to_numpy(np.int64)
-    rank = w["rank"].to_numpy(np.int64)
     cause = w["cause_rank"].fillna(-1).to_numpy(np.int64)
-    b_w = _starts(win, steps, rank, e_w)
-    b_c = _starts(win, steps, cause, e_c)
-    k = np.flatnonzero(known.to_numpy())
-    mine = region_times(win, rank[k], b_w[k], e_w[k]).rename(columns={"ns": "waiter_ns"})
-    theirs = region_times(win, cause[k], b_c[k], e_c[k]).rename(columns={"ns": "cause_ns"})
+    w["b_w"] = _starts(win, steps, w["rank"].to_numpy(np.int64), w["start"].to_numpy(np.int64))
+    w["b_c"] = _starts(win, steps, cause, w["cause_enter_ns"].fillna(0).to_numpy(np.int64))
+    return w
+
+
+def queries(w: pd.DataFrame, steps: StepIndex) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(rank, step, b, e) of the synchronization intervals of the waits ``w``
+    (:func:`with_intervals`) with a known cause: the waiters' first, then the causes'."""
+    k = w["cause_rank"].notna().to_numpy()
+    rank = np.concatenate([w["rank"].to_numpy(np.int64)[k], w["cause_rank"].to_numpy(np.int64, na_value=-1)[k]])
+    b = np.concatenate([w["b_w"].to_numpy(np.int64)[k], w["b_c"].to_numpy(np.int64)[k]])
+    e = np.concatenate([w["start"].to_numpy(np.int64)[k], w["cause_enter_ns"].to_numpy(np.int64, na_value=0)[k]])
+    return rank, steps.step_at(rank, b), b, e  # an interval lies in the step of its start
+
+
+def attribute(w: pd.DataFrame, times: pd.DataFrame, steps: StepIndex) -> pd.DataFrame:
+    """The ``delays`` rows of the idle waits ``w`` (:func:`with_intervals`; see the module
+    docstring), with ``region_id`` for the cause region's name and category. ``times``:
+    :func:`.region_time.region_times` of :func:`queries` (q numbered as they are)."""
+    if w.empty:
+        return pd.DataFrame(columns=COLUMNS)
+    k = np.flatnonzero(w["cause_rank"].notna().to_numpy())
+    m = len(k)
+    q = times["q"].to_numpy()
+    mine = times[q < m].rename(columns={"ns": "waiter_ns"})
+    theirs = times[q >= m].assign(q=q[q >= m] - m).rename(columns={"ns": "cause_ns"})
     ex = mine.merge(theirs, on=["q", "region"], how="outer").fillna(0)
     ex["excess_ns"] = ex["cause_ns"] - ex["waiter_ns"]
-    late = pd.DataFrame({"q": np.arange(len(k)), "region": LATE_START, "excess_ns": b_c[k] - b_w[k]})
+    skew = w["b_c"].to_numpy(np.int64)[k] - w["b_w"].to_numpy(np.int64)[k]
+    late = pd.DataFrame({"q": np.arange(m), "region": LATE_START, "excess_ns": skew})
     ex = pd.concat([ex[["q", "region", "excess_ns"]], late], ignore_index=True)
     ex = ex[ex["excess_ns"] > 0]
     ex["wait"] = k[ex["q"].to_numpy(np.int64)]

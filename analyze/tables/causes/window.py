@@ -5,15 +5,14 @@ A :class:`Window` covers steps ``a..b-1`` of every rank. For each rank it holds:
 - the phase model's elementary intervals and their phase (the same sweep as
   :func:`analyze.tables.phases.build_phases`, so idle, hidden and exposed time here are the
   phase table's, to the nanosecond);
-- :class:`Pieces`: which region is innermost on the main thread at every moment (a region's
-  exclusive time, cut into stretches), so the time a rank spent in each region between two
-  instants is a range sum;
 - the leave times of its blocking communication (synchronous collectives, messages, waits),
   which start a synchronization interval;
 - the collectives, messages and waits that overlap the window.
 
-Windows hold about :data:`WINDOW_INTERVALS` main-thread intervals, so memory stays bounded
-whatever the trace length.
+Only the main-thread regions that matter here reach Python (communication, waits, data
+loading, forward, backward); time per region between two instants is summed in SQL
+(:mod:`.region_time`). Windows cover about :data:`WINDOW_INTERVALS` main-thread intervals, so
+memory stays bounded whatever the trace length.
 """
 
 from __future__ import annotations
@@ -29,100 +28,9 @@ from analyze.schema import Category
 from analyze.tables import phases
 
 WINDOW_INTERVALS = 2_000_000  # main-thread intervals per window (as phases.WINDOW_SEGMENTS)
-NO_REGION = -1  # time on the main thread inside no region
-NO_REGION_NAME = "(no region)"
-TIME_BITS = 47  # ns from the trace start that fit the sort key of pieces_of (39 hours)
-TIE_DEPTHS = 1 << 15
 PER_SAMPLE = (Category.DATALOADER, Category.FORWARD, Category.BACKWARD)
 IDLE = phases.PHASES.index(phases.Phase.IDLE)
 COMPUTE = phases.PHASES.index(phases.Phase.COMPUTE)
-
-
-@dataclass
-class Pieces:
-    """Stretches of a rank's main thread, sorted and disjoint, each in one innermost region."""
-
-    start: np.ndarray
-    end: np.ndarray
-    region: np.ndarray  # region_id
-
-    def time_in(self, b: np.ndarray, e: np.ndarray) -> pd.DataFrame:
-        """Time per region inside each query interval [b[q], e[q]): columns q, region, ns.
-
-        Time in no region is reported as region :data:`NO_REGION`, so each query's rows sum
-        to e - b exactly.
-        """
-        b = np.asarray(b, np.int64)
-        e = np.maximum(np.asarray(e, np.int64), b)
-        i0 = np.searchsorted(self.end, b, side="right")  # first piece ending after b
-        i1 = np.searchsorted(self.start, e, side="left")  # first piece starting at or after e
-        n = np.maximum(i1 - i0, 0)
-        q = np.repeat(np.arange(len(b)), n)
-        k = np.repeat(i0, n) + (np.arange(int(n.sum())) - np.repeat(np.cumsum(n) - n, n))
-        ns = np.minimum(self.end[k], e[q]) - np.maximum(self.start[k], b[q])
-        covered = np.bincount(q, weights=ns, minlength=len(b)).astype(np.int64)
-        rest = (e - b) - covered
-        q = np.concatenate([q, np.flatnonzero(rest > 0)])
-        region = np.concatenate([self.region[k], np.full(int((rest > 0).sum()), NO_REGION)])
-        ns = np.concatenate([ns, rest[rest > 0]])
-        return _sum_by(q, region, ns, len(b))
-
-
-DENSE_BINS = 1 << 24  # (query, region) pairs summed in one dense array below this many
-
-
-def _sum_by(q: np.ndarray, region: np.ndarray, ns: np.ndarray, queries: int) -> pd.DataFrame:
-    """Sum ``ns`` per (query, region): columns q, region, ns (non-zero sums only).
-
-    OTF2 region references are small dense integers, so a dense array of queries x regions
-    is usually small enough to sum with one bincount, no sort; otherwise one int64 key
-    (regions are 32-bit references) and a sort."""
-    width = int(region.max()) + 3 if len(region) else 1  # region ids from -2 (pseudo) up
-    if queries * width <= DENSE_BINS:
-        total = np.bincount(q * width + (region + 2), weights=ns, minlength=queries * width)
-        nz = np.flatnonzero(total)
-        return pd.DataFrame({"q": nz // width, "region": nz % width - 2, "ns": total[nz].astype(np.int64)})
-    keys, where = np.unique(q << 32 | (region + 2), return_inverse=True)
-    total = np.bincount(where, weights=ns, minlength=len(keys)).astype(np.int64)
-    out = pd.DataFrame({"q": keys >> 32, "region": (keys & 0xFFFFFFFF) - 2, "ns": total})
-    return out[out["ns"] > 0].reset_index(drop=True)
-
-
-def pieces_of(idx: np.ndarray, parent: np.ndarray, depth: np.ndarray, region: np.ndarray,
-              start: np.ndarray, end: np.ndarray) -> Pieces:
-    """The innermost region over time, from properly nested intervals of one location.
-
-    After an interval's enter the innermost region is its own; after its leave, its
-    parent's (``parent`` -1: none). Sorting leaves before enters at equal times, deeper
-    leaves first and shallower enters first, makes each event's owner the region of the
-    stretch up to the next event, with no stack.
-    """
-    keep = end > start  # empty instances hold no time
-    if not keep.all():
-        idx, parent, depth, region, start, end = (a[keep] for a in (idx, parent, depth, region, start, end))
-    n = len(idx)
-    if n == 0:
-        z = np.zeros(0, np.int64)
-        return Pieces(z, z, z)
-    times = np.concatenate([start, end])
-    is_enter = np.concatenate([np.ones(n, np.int64), np.zeros(n, np.int64)])
-    tie = np.concatenate([depth, TIE_DEPTHS - 1 - depth])  # enters shallow first, leaves deep first
-    if len(times) and times.min() >= 0 and times.max() < 1 << TIME_BITS and depth.max() < TIE_DEPTHS:
-        # one int64 key sorts several times faster than a three-key lexsort
-        order = np.argsort((times << (63 - TIME_BITS)) | (is_enter << 15) | tie)
-    else:  # traces longer than 39 hours, or nesting deeper than 32768
-        order = np.lexsort((tie, is_enter, times))
-    owner_idx = np.concatenate([idx, parent])[order]
-    times = times[order]
-    # region of each idx through a dense table over the window's idx span (instances are
-    # numbered in enter order, so the span is about the number fetched)
-    low = int(idx.min())
-    region_of = np.full(int(idx.max()) - low + 2, NO_REGION, np.int64)  # last slot: no parent
-    region_of[idx - low] = region
-    owner_region = region_of[np.where(owner_idx >= low, owner_idx - low, len(region_of) - 1)]
-    s, e, r = times[:-1], times[1:], owner_region[:-1]
-    use = (e > s) & (r != NO_REGION)
-    return Pieces(s[use], e[use], r[use])
 
 
 def step_index(left: np.ndarray, step_start: np.ndarray, step_end: np.ndarray) -> np.ndarray:
@@ -141,7 +49,6 @@ class RankWindow:
     bounds: np.ndarray  # elementary interval boundaries of the phase sweep
     codes: np.ndarray  # phase code (index into phases.PHASES) of [bounds[i], bounds[i+1])
     step_of: np.ndarray  # index into ``steps`` of each elementary interval, -1 outside
-    pieces: Pieces
     blocking_leave: np.ndarray  # sorted leave times of blocking communication regions
     per_sample: np.ndarray  # elementary intervals inside data loading, forward or backward
 
@@ -225,11 +132,10 @@ def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[st
                         ELSE {OTHER_KIND} END AS kind
             FROM regions
         )
-        SELECT i.rank, i.idx, coalesce(i.parent_idx, -1) AS parent, i.depth, i.region_id,
-               i.start_ns, i.end_ns, k.kind
+        SELECT i.rank, i.idx, i.start_ns, i.end_ns, k.kind
         FROM intervals i JOIN kinds k USING (region_id)
         WHERE i.location_id IN (SELECT location_id FROM locations WHERE is_main)
-          AND i.end_ns >= $lo AND i.start_ns <= $hi
+          AND k.kind <> {OTHER_KIND} AND i.end_ns >= $lo AND i.start_ns <= $hi
     """, {"lo": t0, "hi": t1}).fetchnumpy()
     return {k: np.asarray(v, np.int64) for k, v in got.items()}
 
@@ -296,13 +202,12 @@ def _rank_window(rank: int, st: pd.DataFrame, segs: pd.DataFrame, m: dict[str, n
     bounds, codes = phases.labelled_bounds(
         segs["start"].to_numpy(np.int64), segs["end"].to_numpy(np.int64), segs["level"].to_numpy(np.int64),
         np.concatenate([step_start, step_end]))
-    pieces = pieces_of(m["idx"], m["parent"], m["depth"], m["region_id"], m["start_ns"], m["end_ns"])
     blocking = np.sort(m["end_ns"][np.isin(m["kind"], BLOCKING_KINDS)])
     ps = m["kind"] == PER_SAMPLE_KIND
     per_sample = coverage(bounds, m["start_ns"][ps], m["end_ns"][ps]) > 0
     step_of = step_index(bounds[:-1], step_start, step_end) if len(bounds) > 1 else np.zeros(0, np.int64)
     return RankWindow(rank, st["step"].to_numpy(np.int64), step_start, step_end, bounds, codes, step_of,
-                      pieces, blocking, per_sample)
+                      blocking, per_sample)
 
 
 def _split_by_rank(main: dict[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
