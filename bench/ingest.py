@@ -3,7 +3,7 @@
     python -m bench.ingest --events 1M --repeat 5                      # both readers, ratio
     python -m bench.ingest --events 10M,100M --readers native --repeat 3
 
-Two stages are measured, each in its own process, on the same synthetic archive
+The stages are measured each in its own process, on the same synthetic archive
 (``bench.synth``, cached under ~/.cache/dltrace/bench), the readers taking turns:
 
 - ``read``: OTF2 -> the reader's column chunks in memory (``analyze.readers.dispatch.read``), no DuckDB;
@@ -12,8 +12,9 @@ Two stages are measured, each in its own process, on the same synthetic archive
   stage of ``analyze.tables.database.build``, alone;
 - ``build``: ``analyze phases`` end to end on a fresh database (``analyze.tables.database.build``
   with ``force=True``, then the phase summary): ingest, then the SQL and vectorized steps that
-  match collectives and messages and derive steps, phases and the cause tables (overlap,
-  delays, critical path, balance; their share is the last column, from ``build_info``).
+  match collectives and messages and derive steps and phases;
+- ``causes``: the same with the cause tables too (overlap, delays, critical path, balance:
+  what ``analyze causes`` and the report build), so the two columns side by side give their cost.
 
 Reported per archive and reader, as medians: seconds, events per second and the peak RSS of
 each stage. Nothing is extrapolated: a reader is only reported on archives it actually read.
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from bench import measure, synth
 
-STAGES = ("read", "ingest", "build")
+STAGES = ("read", "ingest", "build", "causes")
 
 
 def child(stage: str, run: str, reader: str, db: str) -> None:
@@ -51,15 +52,12 @@ def child(stage: str, run: str, reader: str, db: str) -> None:
             used, _, stats = database._read(con, database.resolve(run, db), 500_000, reader)
             events = stats.events
     else:
-        paths = database.build(run, db=db, force=True, reader=reader)
+        paths = database.build(run, db=db, force=True, reader=reader, causes=stage == "causes")
         with duckdb.connect(str(paths.db), read_only=True) as con:
             phases.summary(con)
             events, used = con.execute("select events, reader from runs").fetchone()
-            (causes,), = con.execute("select value from build_info where key = 'causes_seconds'").fetchall()
-    out = {"seconds": time.perf_counter() - t0, "events": events, "reader": used, "rss_mb": measure.peak_rss_mb()}
-    if stage == "build":
-        out["causes_s"] = float(causes)
-    print(json.dumps(out))
+    print(json.dumps({"seconds": time.perf_counter() - t0, "events": events, "reader": used,
+                      "rss_mb": measure.peak_rss_mb()}))
 
 
 def bench(events: int, readers: list[str], repeat: int, ranks: int, cache: Path) -> list[list[object]]:
@@ -82,14 +80,13 @@ def bench(events: int, readers: list[str], repeat: int, ranks: int, cache: Path)
             runs = results[(reader, stage)]
             seconds = measure.median([r["seconds"] for r in runs])
             row += [seconds, n / seconds / 1e6, max(r["rss_mb"] for r in runs)]
-        row.append(measure.median([r["causes_s"] for r in results[(reader, "build")]]))
         rows.append(row)
     if len(rows) == 2 and {"native", "python"} == set(readers):
         nat, py = rows[readers.index("native")], rows[readers.index("python")]
         ratio: list[object] = [f"{n:,}", "python/native", ""]
         for k in range(len(STAGES)):
             ratio += [py[3 + 3 * k] / nat[3 + 3 * k], "", ""]  # type: ignore[operator]
-        rows.append([*ratio, ""])
+        rows.append(ratio)
     return rows
 
 
@@ -112,8 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in ns.events.split(","):
         rows += bench(synth.parse_count(size), ns.readers.split(","), ns.repeat, ns.ranks, ns.cache)
     print(measure.table(["events", "reader", "runs"] + [f"{stage} {what}" for stage in STAGES
-                                                         for what in ("s", "Mev/s", "RSS MB")]
-                        + ["of it causes s"], rows))
+                                                         for what in ("s", "Mev/s", "RSS MB")], rows))
     print(f"load avg at the end: {measure.load()}")
     return 0
 

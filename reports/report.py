@@ -93,7 +93,7 @@ def build_report(
     pages: list[Page] = []
     notes: list[str] = []
     for i, run in enumerate(runs, start=1):
-        paths = database.build(run, force=force, step_region=step_region)
+        paths = database.build(run, force=force, step_region=step_region, causes=True)
         with duckdb.connect(str(paths.db), read_only=True) as con:
             label, mine, tl = run_pages(con, i, steps, str(run))
             per_phase = views.breakdown(con)

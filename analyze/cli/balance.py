@@ -41,7 +41,7 @@ def run(ns: argparse.Namespace) -> int:
     from analyze.tables import database
     from analyze.tables.causes import balance
 
-    paths = database.build(ns.run, force=ns.force, step_region=ns.step_region)
+    paths = database.build(ns.run, force=ns.force, step_region=ns.step_region, causes=True)
     with duckdb.connect(str(paths.db), read_only=True) as con:
         table = con.execute("SELECT * FROM rank_balance ORDER BY rank").df()
     if table.empty:

@@ -27,7 +27,7 @@ def run(ns: argparse.Namespace) -> int:
     from analyze.tables import database
     from analyze.tables.causes import views
 
-    paths = database.build(ns.run, force=ns.force, step_region=ns.step_region)
+    paths = database.build(ns.run, force=ns.force, step_region=ns.step_region, causes=True)
     with duckdb.connect(str(paths.db), read_only=True) as con:
         steps = views.critical_path_summary(con)
         parts = views.path_contributions(con)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -110,15 +111,20 @@ def build(
     step_region: str | None = None,
     chunk_rows: int = 500_000,
     reader: str = "auto",
+    causes: bool = False,
 ) -> RunPaths:
     """Make sure ``run``'s database exists and is current; return its paths.
 
     ``reader`` picks the OTF2 reader (auto: native where built, else python); both give the
-    same tables, so it is not part of what makes a database current.
+    same tables, so it is not part of what makes a database current. ``causes`` also fills
+    the cause tables (overlap, delays, critical path, balance; docs/causes.md), into an
+    existing current database if need be; without it they may be empty.
     """
     paths = resolve(run, db)
     options = {"step_region": step_region}
     if not force and is_current(paths, options):
+        if causes and not has_causes(paths):
+            _add_causes(paths)
         return paths
     paths.db.parent.mkdir(parents=True, exist_ok=True)
     tmp = paths.db.with_name(f".{paths.db.name}.tmp-{os.getpid()}")
@@ -127,6 +133,8 @@ def build(
     try:
         with duckdb.connect(str(tmp), config=config) as con:
             _fill(con, paths, chunk_rows, step_region, _signature(paths, options), reader)
+            if causes:
+                _fill_causes(con)
         os.replace(tmp, paths.db)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
@@ -211,17 +219,44 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
     step_source = build_steps(con, step_region)
     build_phases(con)
     _run_row(con, paths, defs, stats, used)
-    t1 = time.perf_counter()
-    build_causes(con)  # overlap, delays, critical path, balance (needs the runs row's params)
-    causes_s = time.perf_counter() - t1
     _insert(con, BUILD_INFO, [
         ("signature", signature), ("step_source", step_source),
         ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
         ("unmatched_collective_ends", str(stats.unmatched_collective_ends)),
         # where the build's time went (bench/ reads these; not part of the results)
         ("read_seconds", f"{read_s:.3f}"), ("derive_seconds", f"{time.perf_counter() - t0 - read_s:.3f}"),
-        ("causes_seconds", f"{causes_s:.3f}"),
     ])
+
+
+# The cause tables cost about as much again as the rest of the derivation (bench/README.md),
+# so `analyze phases` skips them; the verbs that read them, the report and analyze.open fill
+# them, once (build_info's causes_seconds says they are filled).
+def has_causes(paths: RunPaths) -> bool:
+    try:
+        with duckdb.connect(str(paths.db), read_only=True) as con:
+            return bool(con.execute(f"SELECT 1 FROM {BUILD_INFO} WHERE key = 'causes_seconds'").fetchall())
+    except duckdb.Error:
+        return False
+
+
+def _fill_causes(con: duckdb.DuckDBPyConnection) -> None:
+    t0 = time.perf_counter()
+    build_causes(con)
+    _insert(con, BUILD_INFO, [("causes_seconds", f"{time.perf_counter() - t0:.3f}")])
+
+
+def _add_causes(paths: RunPaths) -> None:
+    """Fill the cause tables of a current database: on a copy, renamed over it when
+    complete, as the database is built (readers never see half of it)."""
+    tmp = paths.db.with_name(f".{paths.db.name}.tmp-{os.getpid()}")
+    try:
+        shutil.copyfile(paths.db, tmp)
+        with duckdb.connect(str(tmp), config=_build_config()) as con:
+            _fill_causes(con)
+        os.replace(tmp, paths.db)
+    finally:
+        tmp.unlink(missing_ok=True)
+        Path(str(tmp) + ".wal").unlink(missing_ok=True)
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
@@ -259,7 +294,8 @@ def _run_json(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def connect(run: Path | str, **build_options: Any) -> duckdb.DuckDBPyConnection:
-    """A read-only DuckDB connection over ``run``'s tables, building them first if needed."""
-    paths = build(run, **build_options)
+def connect(run: Path | str, causes: bool = True, **build_options: Any) -> duckdb.DuckDBPyConnection:
+    """A read-only DuckDB connection over ``run``'s tables, building them first if needed
+    (the cause tables too unless ``causes`` is False)."""
+    paths = build(run, causes=causes, **build_options)
     return duckdb.connect(str(paths.db), read_only=True)

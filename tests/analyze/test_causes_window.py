@@ -47,12 +47,29 @@ def test_windows_of_a_step_or_two_give_the_same_tables(tmp_path: Path, monkeypat
     from bench import synth
 
     run, _ = synth.write(10_000, tmp_path / "run")  # 45 of the benchmark's DDP-like steps, 2 ranks
-    whole = analyze.build(run, db=tmp_path / "whole.duckdb").db
+    whole = analyze.build(run, db=tmp_path / "whole.duckdb", causes=True).db
     monkeypatch.setattr(window, "WINDOW_INTERVALS", 400)  # windows of 4 steps
-    windowed = analyze.build(run, db=tmp_path / "windowed.duckdb").db
+    windowed = analyze.build(run, db=tmp_path / "windowed.duckdb", causes=True).db
     for table in ("overlap", "delays", "delay_totals", "critical_path", "critical_path_regions",
                   "step_balance", "rank_balance"):
         query = f"SELECT * FROM {table} ORDER BY ALL"
         a = duckdb.connect(str(whole), read_only=True).execute(query).fetchall()
         b = duckdb.connect(str(windowed), read_only=True).execute(query).fetchall()
         assert a == b and len(a) > 0, table
+
+
+def test_phases_alone_leave_the_cause_tables_to_the_first_verb_that_reads_them(tmp_path: Path) -> None:
+    from analyze.tables import database
+
+    coll = {"op": "allreduce", "bytes": 8}
+    write_literal(tmp_path / "run", [
+        (0, "dltrace.step", 0, 10 * MS), (0, "MPI_Allreduce", 2 * MS, 9 * MS, coll),
+        (1, "dltrace.step", 0, 10 * MS), (1, "MPI_Allreduce", 5 * MS, 9 * MS, coll),
+    ])
+    paths = database.build(tmp_path / "run")  # what analyze phases builds
+    assert not database.has_causes(paths)
+    built = paths.db.stat().st_mtime_ns
+    db = analyze.open(tmp_path / "run")  # fills them into the same, still current database
+    assert database.has_causes(paths) and paths.db.stat().st_mtime_ns != built
+    assert db.execute("select rank, idle_ns from delays").fetchall() == [(0, 3 * MS)]
+    assert db.execute("select count(*) from phases").fetchall() == [(10,)]  # the rest as it was

@@ -20,6 +20,14 @@ NO_REGION = -1  # time on the main thread inside no region
 NO_REGION_NAME = "(no region)"
 
 
+def bucket_ns(con: duckdb.DuckDBPyConnection) -> int:
+    """Width of the time buckets steps are found by: about a median step, and never so
+    narrow that a step spans more than about 10^5 of them."""
+    ((median, span),) = con.execute(
+        "SELECT median(duration_ns), max(end_ns) - min(start_ns) FROM steps").fetchall()
+    return max(1, int(median or 0), int(span or 0) // 100_000)
+
+
 def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndarray, b: np.ndarray,
                  e: np.ndarray) -> pd.DataFrame:
     """Exclusive time per region in [b[q], e[q]) on rank[q], inside its step step[q]
@@ -44,8 +52,17 @@ def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndar
                   -- constants, not subqueries over q: those make DuckDB plan the joins badly
                   AND i.end_ns > $lo AND i.start_ns < $hi
             ),
-            -- each instance with the step it starts in
-            ivs AS (SELECT iv.*, st.step FROM iv ASOF JOIN steps st ON iv.rank = st.rank AND iv.start_ns >= st.start_ns),
+            -- each instance with the step it starts in: an equi-join on time buckets about a
+            -- step long (each step listed under the buckets it overlaps), several times faster
+            -- than an ASOF join on this many rows
+            sb AS (
+                SELECT rank, step, start_ns, end_ns, unnest(range(start_ns // $w, end_ns // $w + 1)) AS bucket
+                FROM steps SEMI JOIN q USING (rank, step)
+            ),
+            ivs AS (
+                SELECT iv.*, sb.step FROM iv JOIN sb ON sb.rank = iv.rank AND sb.bucket = iv.start_ns // $w
+                WHERE iv.start_ns >= sb.start_ns AND iv.start_ns < sb.end_ns
+            ),
             j AS (
                 SELECT q.q, ivs.idx, ivs.parent_idx, ivs.region_id, ivs.exclusive_ns,
                        least(ivs.end_ns, q.e) - greatest(ivs.start_ns, q.b) AS ov,
@@ -63,7 +80,7 @@ def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndar
                 FROM j LEFT JOIN kids k ON k.q = j.q AND k.parent_idx = j.idx WHERE NOT j.inside
             )
             SELECT q, region_id AS region, sum(ns) AS ns FROM parts GROUP BY q, region_id HAVING sum(ns) <> 0
-        """, {"lo": int(b.min()), "hi": int(e.max())}).fetchnumpy()
+        """, {"lo": int(b.min()), "hi": int(e.max()), "w": bucket_ns(con)}).fetchnumpy()
     finally:
         con.unregister("region_time_queries")
     q = np.asarray(got["q"], np.int64)
