@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from traceio.records import Device
 
-SCHEMA_VERSION = 2  # 2: metrics and energy tables (a database built by 1 is rebuilt)
+SCHEMA_VERSION = 3  # 2: metrics and energy tables; 3: the device, Kineto and cause tables (older databases are rebuilt)
 
 
 class Phase(StrEnum):
@@ -473,6 +473,148 @@ CHROME_FILES = _t(
 
 GPU_TABLES = (DEVICE_PHASES, CORRELATIONS, CHROME_EVENTS, CHROME_TRACKS, CHROME_FILES)
 TABLES = TABLES + GPU_TABLES
+
+# --- why a step is slow: analyze/tables/causes/ (docs/causes.md) ---------------------------
+
+
+class CauseKind(StrEnum):
+    """What a delay is attributed to."""
+
+    REGION = "region"  # the cause rank spent longer than the waiting rank in a region
+    LATE_START = "late_start"  # the cause rank's synchronization interval began later (propagated)
+    UNKNOWN = "unknown"  # the rank that ended the wait is not in the trace
+
+
+OVERLAP = _t(
+    "overlap", "Per rank, step and kind of communication (a collective's op, p2p, and all): "
+    "communication time and how much of it the main thread's compute hid. exposed_ns of kind "
+    "all equals the step's allreduce + other_comm + idle phases (plus communication under "
+    "measurement overhead, which the phase model calls other).",
+    ("rank", "INTEGER", "rank"),
+    ("step", "INTEGER", "step"),
+    ("kind", "VARCHAR", "the collective's op (allreduce, bcast, ...; a collective region without a "
+     "record is allreduce if its name says so, as in phases, else other; other too for a collective of unknown op, e.g. a Kineto kernel without args), "
+     "p2p (messages), or all"),
+    ("calls", "BIGINT", "operations of this kind starting in the step"),
+    ("comm_ns", "BIGINT", "wall time with at least one operation of the kind in flight, any location"),
+    ("busy_ns", "BIGINT", "operation time summed over concurrent operations (all lanes)"),
+    ("hidden_ns", "BIGINT", "part of comm_ns the phase model counts as compute (asynchronous, under "
+     "forward/backward/optimizer/data loading, not waited for)"),
+    ("exposed_ns", "BIGINT", "comm_ns - hidden_ns"),
+    ("overlap_ratio", "DOUBLE", "hidden_ns / comm_ns; NULL without communication"),
+)
+
+DELAYS = _t(
+    "delays", "Root causes of waiting: each idle interval of the phase model, attributed to the rank "
+    "that arrived last and to the regions of its synchronization interval in which it spent longer "
+    "than the waiting rank (Scalasca's delay analysis). idle_ns sums to the phases' idle time per rank "
+    "and step.",
+    ("rank", "INTEGER", "the rank that was idle"),
+    ("step", "INTEGER", "its step"),
+    ("op", "VARCHAR", "the operation it waited in: a collective's op, or p2p (a receive)"),
+    ("is_async", "BOOLEAN", "an asynchronous collective (communication lane)"),
+    ("comm_id", "BIGINT", "communicator"),
+    ("seq", "BIGINT", "the collective's sequence number (the message's, for p2p)"),
+    ("wait_enter_ns", "BIGINT", "when the idle rank entered (issued) the operation"),
+    ("idle_start_ns", "BIGINT", "first instant of the idle time attributed to this wait in the step"),
+    ("idle_end_ns", "BIGINT", "last instant of it"),
+    ("cause_rank", "INTEGER", "the rank whose arrival ended the wait; NULL if unknown"),
+    ("cause_step", "INTEGER", "the cause rank's step at its arrival"),
+    ("cause_enter_ns", "BIGINT", "the cause rank's arrival (enter or issue; a message's send)"),
+    ("cause_kind", "VARCHAR", "CauseKind: region, late_start or unknown"),
+    ("cause_region", "VARCHAR", "region name (its exclusive time); (no region) for time outside "
+     "every region; NULL unless cause_kind is region"),
+    ("cause_category", "VARCHAR", "the region's Category (dataloader, forward, ...)"),
+    ("excess_ns", "BIGINT", "the cause rank's time in the region minus the idle rank's, in their "
+     "synchronization intervals (late_start: how much later its interval began)"),
+    ("idle_ns", "BIGINT", "idle time attributed to this cause"),
+)
+
+DELAY_TOTALS = _t(
+    "delay_totals", "Delays summed per cause across the run, largest first.",
+    ("cause_rank", "INTEGER", "rank that made others wait; NULL if unknown"),
+    ("cause_kind", "VARCHAR", "CauseKind"),
+    ("cause_region", "VARCHAR", "region; NULL unless cause_kind is region"),
+    ("cause_category", "VARCHAR", "the region's Category"),
+    ("idle_ns", "BIGINT", "idle time caused on all ranks"),
+    ("share", "DOUBLE", "idle_ns / all idle time in phases"),
+    ("waiting_ranks", "INTEGER", "distinct ranks made idle"),
+    ("steps", "INTEGER", "distinct steps of the cause rank involved"),
+    ("first_step", "INTEGER", "first of them"),
+    ("last_step", "INTEGER", "last of them"),
+    ("main_steps", "INTEGER[]", "the fewest steps holding 90% of idle_ns, in step order"),
+)
+
+CRITICAL_PATH = _t(
+    "critical_path", "Per step, the chain of stretches across ranks that determines the step's "
+    "duration, walked back from the step's end through waits to the rank that ended them; "
+    "stretches touch end to end.",
+    ("step", "INTEGER", "step"),
+    ("hop", "INTEGER", "position along the path, 0 first in time"),
+    ("rank", "INTEGER", "rank the path runs on"),
+    ("start_ns", "BIGINT", "start of the stretch"),
+    ("end_ns", "BIGINT", "end of the stretch"),
+    ("duration_ns", "BIGINT", "end_ns - start_ns"),
+    ("via", "VARCHAR", "op of the wait through which the path reached this rank (going back in "
+     "time); NULL for the rank that ended the step"),
+)
+
+CRITICAL_PATH_REGIONS = _t(
+    "critical_path_regions", "The critical path's time per step, rank and region (exclusive time); "
+    "a step's rows sum to its step_balance.duration_ns.",
+    ("step", "INTEGER", "step"),
+    ("rank", "INTEGER", "rank"),
+    ("region", "VARCHAR", "region name; (no region) for time outside every region"),
+    ("category", "VARCHAR", "the region's Category"),
+    ("duration_ns", "BIGINT", "time on the path"),
+)
+
+STEP_BALANCE = _t(
+    "step_balance", "Per step: the critical path's length and the step time perfect balance would "
+    "give (every rank doing the mean of the ranks' non-idle time).",
+    ("step", "INTEGER", "step"),
+    ("ranks", "INTEGER", "ranks with this step"),
+    ("start_ns", "BIGINT", "start of the critical path"),
+    ("end_ns", "BIGINT", "end of the step (the last rank to finish)"),
+    ("duration_ns", "BIGINT", "critical path length, end_ns - start_ns"),
+    ("slowest_rank_ns", "BIGINT", "longest step duration of a rank"),
+    ("balanced_ns", "BIGINT", "mean over ranks of step duration minus idle"),
+    ("imbalance_ns", "BIGINT", "duration_ns - balanced_ns: the cost of imbalance"),
+    ("end_rank", "INTEGER", "rank that finished the step last"),
+    ("path_ranks", "INTEGER", "distinct ranks on the path"),
+    ("critical_rank", "INTEGER", "rank with the most time on the path"),
+    ("critical_region", "VARCHAR", "region with the most time on the path"),
+)
+
+RANK_BALANCE = _t(
+    "rank_balance", "Per rank: steady-state medians over steps (the first step left out), "
+    "throughput, and the shares of the global batch that would give every rank the same compute "
+    "time. Time in data loading, forward and backward scales with the samples; the rest of "
+    "compute is fixed (docs/causes.md).",
+    ("rank", "INTEGER", "rank"),
+    ("steps", "INTEGER", "steps the medians are over"),
+    ("share", "DOUBLE", "this rank's share of the global batch (run.json's shares parameter; equal otherwise)"),
+    ("samples", "DOUBLE", "samples per step: the global batch split by the shares in whole samples "
+     "(largest remainders); NULL if the batch size is unknown"),
+    ("step_ms", "DOUBLE", "step time"),
+    ("compute_ms", "DOUBLE", "compute phase per step"),
+    ("scaled_ms", "DOUBLE", "compute inside data loading, forward and backward (all compute if the "
+     "trace has none of them)"),
+    ("fixed_ms", "DOUBLE", "compute_ms - scaled_ms (optimizer, the step's own code)"),
+    ("comm_ms", "DOUBLE", "allreduce + other_comm + other phases"),
+    ("idle_ms", "DOUBLE", "idle phase"),
+    ("throughput_sps", "DOUBLE", "samples / scaled_ms in samples per second of compute; NULL without samples"),
+    ("balanced_share", "DOUBLE", "share that equalizes compute: fixed_ms + share x scaled_ms / "
+     "share is the same on every rank"),
+    ("balanced_samples", "BIGINT", "balanced_share x global batch, rounded (largest remainders)"),
+    ("predicted_compute_ms", "DOUBLE", "every rank's compute with the balanced shares"),
+    ("predicted_step_ms", "DOUBLE", "predicted_compute_ms + the ranks' mean comm_ms (no idle)"),
+)
+
+CAUSE_TABLES = (OVERLAP, DELAYS, DELAY_TOTALS, CRITICAL_PATH, CRITICAL_PATH_REGIONS, STEP_BALANCE,
+                RANK_BALANCE)
+
+TABLES = TABLES + CAUSE_TABLES
 BY_NAME = {t.name: t for t in TABLES}
 
 # --- written by `analyze compare SWEEP` into SWEEP/compare.duckdb --------------------------
@@ -654,6 +796,28 @@ ENERGY_CONFIGURATIONS = _t(
 
 SWEEP_ENERGY_TABLES = (ENERGY_RUNS, ENERGY_CONFIGURATIONS)
 
+# --- returned by `analyze diff A B` (analyze/experiments/diff.py) --------------------------
+
+DIFF = _t(
+    "diff", "What `analyze diff A B` returns (not stored in a database): per item, the time per "
+    "step (mean over ranks, steady-state steps) on each side and the change B - A with a 95% "
+    "Welch t confidence interval, over the steps of one run per side or over the runs (replications) "
+    "of each side; largest change first.",
+    ("kind", "VARCHAR", "phase (step, compute, allreduce, ...), region (exclusive time on main "
+     "threads) or collective (an op's time in collectives; '<op> wait': its waiting)"),
+    ("name", "VARCHAR", "the phase, region or op"),
+    ("a_ms", "DOUBLE", "mean per step on side A"),
+    ("b_ms", "DOUBLE", "mean per step on side B"),
+    ("delta_ms", "DOUBLE", "b_ms - a_ms"),
+    ("ci_low", "DOUBLE", "95% confidence interval of delta_ms (NULL with fewer than 2 samples a side)"),
+    ("ci_high", "DOUBLE", "95% confidence interval of delta_ms"),
+    ("change_pct", "DOUBLE", "100 delta_ms / a_ms; NULL where a_ms is 0"),
+    ("n_a", "INTEGER", "samples on side A"),
+    ("n_b", "INTEGER", "samples on side B"),
+    ("over", "VARCHAR", "steps (one run per side) or runs (replications)"),
+    ("significant", "BOOLEAN", "the interval excludes 0"),
+)
+
 
 def markdown() -> str:
     """The schema as Markdown (docs/schema.md is generated from this)."""
@@ -668,11 +832,14 @@ def markdown() -> str:
     out += [f"- `device` (metric_channels, energy tables): {', '.join(d.value for d in Device)}"]
     out += [f"- `energy_devices.source`: {', '.join(s.value for s in EnergySource)}"]
     out += [f"- `device_phases.phase`: {', '.join(p.value for p in DevicePhase)}"]
-    out += [f"- `device_phases.host`: {', '.join(h.value for h in HostActivity)}", ""]
+    out += [f"- `device_phases.host`: {', '.join(h.value for h in HostActivity)}"]
+    out += [f"- `delays.cause_kind`: {', '.join(c.value for c in CauseKind)}", ""]
     out += ["# Tables written by `analyze compare`", "",
             "In `SWEEP/compare.duckdb`, across the runs of a sweep (docs/experiments.md).", ""]
     out += _markdown_tables(SWEEP_TABLES)
     out += _markdown_tables(SWEEP_ENERGY_TABLES)
+    out += ["# What `analyze diff` returns", ""]
+    out += _markdown_tables((DIFF,))
     return "\n".join(out)
 
 

@@ -2,7 +2,8 @@
 
 Page order: the bottleneck comparison of all runs first (the page that compares frameworks),
 then for each run its timeline, its per-step breakdown, where it has collectives its
-collective waits, and where it has power one power-over-time page per device. A sweep
+collective waits, then its overlap, root-cause and critical-path pages where it has the data
+(:mod:`reports.causes`), and where it has power one power-over-time page per device. A sweep
 directory (``instrument sweep``) gets the pages of :mod:`reports.scaling` instead.
 Each run's database is built or reused exactly as ``analyze phases`` does. The PDF is
 written to a temporary file and renamed, so a failed report never leaves half a PDF where a
@@ -27,7 +28,7 @@ from analyze.errors import AnalyzeError
 from analyze.experiments import compare
 from analyze.tables import database
 from analyze.views import Timeline
-from reports import energy, figures
+from reports import causes, energy, figures
 from reports.page import Page
 
 PNG_DPI = 200
@@ -64,6 +65,7 @@ def run_pages(con: duckdb.DuckDBPyConnection, index: int, steps: tuple[int, int]
     waits = views.collective_waits(con)
     if len(waits):
         pages.append(Page(f"{tag}-waits", figures.collective_waits(waits, views.stragglers(waits), label)))
+    pages += causes.run_pages(con, tag, label)
     pages += energy.run_pages(con, tag, label)  # power over time, where the trace has power
     return label, pages, tl
 
@@ -95,7 +97,7 @@ def build_report(
     pages: list[Page] = []
     notes: list[str] = []
     for i, run in enumerate(runs, start=1):
-        paths = database.build(run, force=force, step_region=step_region, patterns=patterns)
+        paths = database.build(run, force=force, step_region=step_region, patterns=patterns, causes=True)
         with duckdb.connect(str(paths.db), read_only=True) as con:
             label, mine, tl = run_pages(con, i, steps, str(run))
             per_phase = views.breakdown(con)

@@ -12,7 +12,8 @@ Each item is ``(rank, region, start_ns, end_ns[, extra])``; intervals of a rank 
 ``sent``/``recv``, ``root``, ``comm``), a message (``send``/``recv``: peer rank, ``tag``,
 ``bytes``, ``at``: time, default the region's start for sends and end for receives), or a
 region role (``role``) for regions whose name says nothing. ``lane=True`` puts the item on
-the rank's communication lane (an asynchronous collective); ``timeline="NAME"`` on a location
+the rank's communication lane (an asynchronous collective), ``lane=K`` on its lane K (for
+operations in flight at once); ``timeline="NAME"`` on a location
 of that name and kind ``timeline`` (an imported timeline, such as Horovod's). The archive goes through the
 same writer as real runs.
 
@@ -84,6 +85,11 @@ def _stream(items: list[Item], regions: dict[tuple[str, str], int], comms: dict[
     return np.array(rows, dtype=EVENT_DTYPE)
 
 
+def _lane(value: bool | int) -> int:
+    """``lane=True`` is lane 0; ``lane=k`` lane k (concurrent operations need lanes of their own)."""
+    return 0 if value is True else int(value)
+
+
 def _role(name: str, extra: dict[str, Any]) -> str:
     if "role" in extra:
         return str(extra["role"])
@@ -107,11 +113,13 @@ def write_literal(directory: Path, items: list[Item], clock_offsets: dict[int, l
     specs = []
     for rank in ranks:
         mine = [i for i in full if i[0] == rank]
-        main = [i for i in mine if not i[4].get("lane") and "timeline" not in i[4]]
-        lane = [i for i in mine if i[4].get("lane")]
+        main = [i for i in mine if "lane" not in i[4] and "timeline" not in i[4]]
         locations = [LocationSpec(rank, 0, "main thread", "main", _stream(main, regions, comms, 0))]
-        if lane:
-            locations.append(LocationSpec(rank, 1, "comm lane 0", "comm_lane", _stream(lane, regions, comms, 1)))
+        for lane in sorted({_lane(i[4]["lane"]) for i in mine if "lane" in i[4]}):
+            on = [i for i in mine if "lane" in i[4] and _lane(i[4]["lane"]) == lane]
+            index = len(locations)
+            locations.append(LocationSpec(rank, index, f"comm lane {lane}", "comm_lane",
+                                          _stream(on, regions, comms, index)))
         for name in sorted({i[4]["timeline"] for i in mine if "timeline" in i[4]}):
             index = len(locations)
             locations.append(LocationSpec(rank, index, name, "timeline", _stream(

@@ -46,6 +46,7 @@ ROOMS: dict[str, set[str]] = {
     "analyze.tables": {"analyze.readers", "analyze.schema", "analyze.errors", "analyze.energy", "traceio"},
     "analyze.energy": {"analyze.schema", "traceio"},
     "analyze.power": {"analyze.tables", "analyze.views", "analyze.schema", "analyze.energy"},
+    "analyze.tables.causes": {"analyze.tables", "analyze.schema"},
     "analyze.views": {"analyze.tables", "analyze.schema"},
     "analyze.background": {"analyze.tables", "analyze.schema"},
     "analyze.experiments": {"analyze.tables", "analyze.views", "analyze.schema", "analyze.errors",

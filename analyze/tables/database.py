@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from analyze.readers.columns import (
 )
 from analyze.schema import SCHEMA_VERSION, TABLES
 from analyze.tables import pattern_set
+from analyze.tables.causes import build_causes
 from analyze.tables.collectives import build_collectives, build_p2p
 from analyze.tables.device_phases import build_device_phases
 from analyze.tables.energy import build_energy
@@ -135,18 +137,23 @@ def build(
     chunk_rows: int = 500_000,
     reader: str = "auto",
     patterns: Path | str | None = None,
+    causes: bool = False,
 ) -> RunPaths:
     """Make sure ``run``'s database exists and is current; return its paths.
 
     ``reader`` picks the OTF2 reader (auto: native where built, else python); both give the
     same tables, so it is not part of what makes a database current. ``patterns`` is a TOML
     file of name patterns tried before the defaults (analyze/tables/pattern_set.py); the
-    patterns used, defaults included, are part of what makes a database current.
+    patterns used, defaults included, are part of what makes a database current. ``causes``
+    also fills the cause tables (overlap, delays, critical path, balance; docs/causes.md),
+    into an existing current database if need be; without it they may be empty.
     """
     paths = resolve(run, db)
     names = pattern_set.load(patterns)
     options = {"step_region": step_region, "patterns": names.digest()}
     if not force and is_current(paths, options):
+        if causes and not has_causes(paths):
+            _add_causes(paths)
         return paths
     paths.db.parent.mkdir(parents=True, exist_ok=True)
     tmp = paths.db.with_name(f".{paths.db.name}.tmp-{os.getpid()}")
@@ -155,6 +162,8 @@ def build(
     try:
         with duckdb.connect(str(tmp), config=config) as con:
             _fill(con, paths, chunk_rows, step_region, _signature(paths, options), reader, names)
+            if causes:
+                _fill_causes(con)
         os.replace(tmp, paths.db)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
@@ -257,6 +266,37 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
     ])
 
 
+# The cause tables cost about as much again as the rest of the derivation (bench/README.md),
+# so `analyze phases` skips them; the verbs that read them, the report and analyze.open fill
+# them, once (build_info's causes_seconds says they are filled).
+def has_causes(paths: RunPaths) -> bool:
+    try:
+        with duckdb.connect(str(paths.db), read_only=True) as con:
+            return bool(con.execute(f"SELECT 1 FROM {BUILD_INFO} WHERE key = 'causes_seconds'").fetchall())
+    except duckdb.Error:
+        return False
+
+
+def _fill_causes(con: duckdb.DuckDBPyConnection) -> None:
+    t0 = time.perf_counter()
+    build_causes(con)
+    _insert(con, BUILD_INFO, [("causes_seconds", f"{time.perf_counter() - t0:.3f}")])
+
+
+def _add_causes(paths: RunPaths) -> None:
+    """Fill the cause tables of a current database: on a copy, renamed over it when
+    complete, as the database is built (readers never see half of it)."""
+    tmp = paths.db.with_name(f".{paths.db.name}.tmp-{os.getpid()}")
+    try:
+        shutil.copyfile(paths.db, tmp)
+        with duckdb.connect(str(tmp), config=_build_config()) as con:
+            _fill_causes(con)
+        os.replace(tmp, paths.db)
+    finally:
+        tmp.unlink(missing_ok=True)
+        Path(str(tmp) + ".wal").unlink(missing_ok=True)
+
+
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
     """Insert literal rows (DuckDB's executemany rejects an empty list, and takes about half a
     millisecond a row: a Kineto trace defines thousands of kernel names)."""
@@ -307,7 +347,8 @@ def _run_json(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def connect(run: Path | str, **build_options: Any) -> duckdb.DuckDBPyConnection:
-    """A read-only DuckDB connection over ``run``'s tables, building them first if needed."""
-    paths = build(run, **build_options)
+def connect(run: Path | str, causes: bool = True, **build_options: Any) -> duckdb.DuckDBPyConnection:
+    """A read-only DuckDB connection over ``run``'s tables, building them first if needed
+    (the cause tables too unless ``causes`` is False)."""
+    paths = build(run, causes=causes, **build_options)
     return duckdb.connect(str(paths.db), read_only=True)
