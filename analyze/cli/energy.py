@@ -33,7 +33,8 @@ def _why_none(run_dir: Path) -> str:
         return ""
     if "reason" in info:
         return f" ({info['reason']})"
-    reasons = [f"{h}: " + "; ".join(f"{u['source']}: {u['reason']}" for u in p.get("unavailable", []))
+    reasons = [f"{h}: " + (p.get("reason") or "; ".join(f"{u['source']}: {u['reason']}"
+                                                    for u in p.get("unavailable", [])))
                for h, p in (info.get("hosts") or {}).items() if not p.get("sampled")]
     return f" ({' | '.join(reasons)})" if reasons else ""
 

@@ -233,6 +233,10 @@ def test_analyze_energy_without_power_says_why(tmp_path: Path, capsys: pytest.Ca
                                        '[{"source": "RAPL", "reason": "no RAPL zones under /x"}]}}}}')
     assert main(["energy", str(tmp_path)]) == 1
     assert "has no energy or power samples (h0: RAPL: no RAPL zones under /x)" in capsys.readouterr().err
+    # a run recorded with --power off says so (as the sampler writes it into run.json)
+    (tmp_path / "run.json").write_text('{"power": {"hosts": {"h0": {"sampled": false, "reason": "--power off"}}}}')
+    assert main(["energy", str(tmp_path)]) == 1
+    assert "has no energy or power samples (h0: --power off)" in capsys.readouterr().err
 
 
 def test_phase_pieces_with_nothing_inside_a_step() -> None:
