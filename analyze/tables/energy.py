@@ -59,9 +59,13 @@ class Series:
 
 
 def load_series(con: duckdb.DuckDBPyConnection, ours: bool) -> list[Series]:
-    """Every energy or power channel with a known unit, per recording location."""
+    """Every energy or power channel with a known unit, per recording location. A channel
+    scoped to a system tree node above the hosts (Score-P's `once` plugins get the root) is
+    charged to the host of the process that recorded it."""
     rows = con.execute("""
-        SELECT c.channel_id, m.location_id, c.name, coalesce(c.host, h.host) AS host, c.device,
+        SELECT c.channel_id, m.location_id, c.name,
+               CASE WHEN c.host IN (SELECT host FROM hosts) THEN c.host ELSE coalesce(h.host, c.host) END AS host,
+               c.device,
                c.device_index, c.quantity, c.mode,
                CASE WHEN c.scope IS NULL THEN m.rank ELSE c.rank END AS charged,
                list(m.time_ns ORDER BY m.time_ns) AS t, list(m.value * c.to_si ORDER BY m.time_ns) AS v

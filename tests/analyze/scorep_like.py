@@ -41,11 +41,15 @@ class Channel:
     value_type: str  # "DOUBLE", "UINT64" or "INT64"
     samples: list[tuple[int, float]]  # (time_ns, value as recorded)
     exponent: int = 0
+    scope: str = "host"  # "host": the host's system tree node; "root": the tree's root (the
+    # scope Score-P gives plugins with the `once` policy, e.g. the official rocm_smi plugin)
 
 
-def write(directory: Path, channels: list[Channel], host: str = "node0") -> Path:
-    """Write the archive into ``directory``; return the anchor."""
-    times = [t for c in channels for t, _ in c.samples]
+def write(directory: Path, channels: list[Channel], host: str = "node0",
+          steps: list[tuple[int, int]] | None = None) -> Path:
+    """Write the archive into ``directory``; return the anchor. ``steps``: (start, end) ns of
+    ``step`` regions inside ``main`` (analyze with ``step_region="step"``)."""
+    times = [t for c in channels for t, _ in c.samples] + [t for s in steps or [] for t in s]
     start, end = min(times) - 1_000_000, max(times) + 1_000_000
     with otf2.writer.open(str(directory), archive_name="traces", timer_resolution=RESOLUTION) as trace:
         defs = trace.definitions
@@ -56,7 +60,11 @@ def write(directory: Path, channels: list[Channel], host: str = "node0") -> Path
                                     location_group_type=LocationGroupType.PROCESS)
         thread = defs.location("Master thread", group=group, type=LocationType.CPU_THREAD)
         w = trace.event_writer_from_location(thread)
+        step = defs.region("step", paradigm=Paradigm.USER, region_role=RegionRole.FUNCTION)
         w.enter(start, main)
+        for a, b in steps or []:
+            w.enter(a, step)
+            w.leave(b, step)
         w.leave(end, main)
         for i, c in enumerate(channels):
             member = defs.metric_member(c.name, f"{c.name} ({i})", metric_type=MetricType.OTHER,
@@ -66,7 +74,7 @@ def write(directory: Path, channels: list[Channel], host: str = "node0") -> Path
             cls = defs.metric_class([member], occurrence=MetricOccurrence.ASYNCHRONOUS,
                                     recorder_kind=RecorderKind.ABSTRACT)
             location = defs.location(f"metric {i}", group=group, type=LocationType.METRIC)
-            instance = defs.metric_instance(cls, location, scope=node)
+            instance = defs.metric_instance(cls, location, scope=node if c.scope == "host" else machine)
             assert instance.metric_scope == MetricScope.SYSTEM_TREE_NODE
             ew = trace.event_writer_from_location(location)
             cast = float if c.value_type == "DOUBLE" else int

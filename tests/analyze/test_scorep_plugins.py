@@ -21,6 +21,7 @@ declares (docs/research/scorep-metric-plugins.md, analyze/energy/channels.py):
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -152,3 +153,24 @@ def test_counter_and_integrated_power_agree_within_3_percent(db: duckdb.DuckDBPy
             assert 300 <= lag <= 700 and abs(aligned) < 3.0, (index, name, aligned, lag)
         else:
             assert abs(diff) < 3.0, (index, name, diff)
+
+
+def test_a_once_plugin_scoped_to_the_system_tree_root_is_charged_to_its_recording_host(tmp_path: Path) -> None:
+    """Plugins with the `once` policy (the official rocm_smi plugin, metricq) get the system
+    tree's root as scope, not a host: their GPUs are those of the host whose process recorded
+    them, so its ranks' steps get their energy. Three 2 s steps from T0: GPU 0's profile gives
+    120 W x 1.5 s + 350 W x 0.5 s = 355 J in the first, 350 x 2 = 700 J in the second, and
+    2 x 200 = 400 J in the third (up to the last sample, 13 ms before its end: 397.4 J). The
+    power drops at the 4 s step boundary, between two samples: there the counter is taken as
+    linear, so up to one interval's worth of the change (150 W x 20 ms = 3 J) moves between the
+    two steps."""
+    write(tmp_path, [Channel(c.name, c.unit, c.mode, c.value_type, c.samples, c.exponent, scope="root")
+                     for c in rocm_smi_plugin(0)],
+          steps=[(T0 + k * 2 * S, T0 + (k + 1) * 2 * S) for k in range(3)])
+    with duckdb.connect(str(analyze.build(tmp_path, step_region="step").db), read_only=True) as con:
+        assert con.execute("SELECT DISTINCT host FROM energy_devices").fetchall() == [("node0",)]
+        steps = con.execute("SELECT step, sum(energy_j) FROM energy_steps GROUP BY step ORDER BY step").fetchall()
+    last = 400.0 - 200.0 * (T0 + 6 * S - TIMES[-1]) / S
+    assert [s for s, _ in steps] == [0, 1, 2]
+    assert [e for _, e in steps] == pytest.approx([355.0 - 120.0 * 0.007, 700.0, last], abs=150.0 * INTERVAL / S)
+    assert sum(e for _, e in steps) == pytest.approx(355.0 - 120.0 * 0.007 + 700.0 + last, rel=1e-9)
