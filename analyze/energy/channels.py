@@ -100,6 +100,9 @@ _DEVICES: list[tuple[re.Pattern[str], Device]] = [
     (re.compile(r"\b(?:SINGLE_)?CORES?\[(\d+)\]"), Device.CPU_CORE),
     (re.compile(r"BLADE"), Device.NODE),
     (re.compile(r"hwmon(\d+)"), Device.SENSOR),
+    # other plugins' GPUs: "gpu0", "GPU 1", "gpu_2", "cuda:0", "device=3" (last: the weakest)
+    (re.compile(r"(?<![a-z])gpu[ _.:#-]?(\d+)", re.IGNORECASE), Device.GPU),
+    (re.compile(r"(?<![a-z])(?:cuda|device)[ _.:#=-]{0,2}(\d+)", re.IGNORECASE), Device.GPU),
 ]
 _OURS = re.compile(r"^(" + "|".join(d.value for d in Device) + r") (\d+) (energy|power)$")
 

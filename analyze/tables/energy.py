@@ -96,12 +96,14 @@ def _mark_counted(all_series: list[Series]) -> None:
     for mine in by_host.values():
         kinds = {s.device for s in mine}
         use = set(PRIMARY) & kinds or next(({k} for k in FALLBACK if k in kinds), set())
-        best: dict[tuple[str, int | None, int | None], Series] = {}
+        best: dict[tuple[str, int | None], Series] = {}
         # a counter over power readings; among a channel's locations, the one with the most
         # energy (Score-P's x86_energy_sync plugin writes zeros on all threads but one)
         for s in sorted(mine, key=lambda s: (s.source != EnergySource.COUNTER, s.channel_id,
                                              -(s.total[-1] if len(s.total) else 0.0))):
-            key = (s.device, s.index, s.rank)
+            # one series per device of the host, whichever rank's location recorded it (a
+            # counter on the host's METRIC location and synchronous readings on a thread)
+            key = (s.device, s.index)
             if s.device in use and len(s.t) > 1 and key not in best:
                 best[key] = s
         for s in best.values():
@@ -147,8 +149,8 @@ def _agreement_rows(all_series: list[Series]) -> list[dict]:
     rows = []
     devices: dict[tuple, dict[EnergySource, list[Series]]] = {}
     for s in all_series:
-        devices.setdefault((s.host, s.device, s.index, s.rank), {}).setdefault(s.source, []).append(s)
-    for (host, device, index, _), found in devices.items():
+        devices.setdefault((s.host, s.device, s.index), {}).setdefault(s.source, []).append(s)
+    for (host, device, index), found in devices.items():
         if len(found) < 2 or device == Device.OTHER:
             continue
         # the counter that counts (on the location that recorded the most), against every

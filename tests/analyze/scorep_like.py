@@ -42,7 +42,9 @@ class Channel:
     samples: list[tuple[int, float]]  # (time_ns, value as recorded)
     exponent: int = 0
     scope: str = "host"  # "host": the host's system tree node; "root": the tree's root (the
-    # scope Score-P gives plugins with the `once` policy, e.g. the official rocm_smi plugin)
+    # scope Score-P gives plugins with the `once` policy, e.g. the official rocm_smi plugin);
+    # "thread": a SYNCHRONOUS_STRICT MetricClass recorded on the Master thread itself (PAPI
+    # counters, the *_sync plugins), its samples between the thread's Enter and Leave events
 
 
 def write(directory: Path, channels: list[Channel], host: str = "node0",
@@ -61,24 +63,32 @@ def write(directory: Path, channels: list[Channel], host: str = "node0",
         thread = defs.location("Master thread", group=group, type=LocationType.CPU_THREAD)
         w = trace.event_writer_from_location(thread)
         step = defs.region("step", paradigm=Paradigm.USER, region_role=RegionRole.FUNCTION)
-        w.enter(start, main)
-        for a, b in steps or []:
-            w.enter(a, step)
-            w.leave(b, step)
-        w.leave(end, main)
+        # the thread's events in time order: (time, order, what, argument)
+        on_thread: list[tuple[int, int, str, object]] = [(start, 0, "enter", main), (end, 2, "leave", main)]
+        on_thread += [e for a, b in steps or [] for e in ((a, 1, "enter", step), (b, 1, "leave", step))]
         for i, c in enumerate(channels):
             member = defs.metric_member(c.name, f"{c.name} ({i})", metric_type=MetricType.OTHER,
                                         metric_mode=getattr(MetricMode, c.mode),
                                         value_type=getattr(Type, c.value_type), base=Base.DECIMAL,
                                         exponent=c.exponent, unit=c.unit)
+            cast = float if c.value_type == "DOUBLE" else int
+            if c.scope == "thread":
+                cls = defs.metric_class([member], occurrence=MetricOccurrence.SYNCHRONOUS_STRICT,
+                                        recorder_kind=RecorderKind.CPU)
+                on_thread += [(t, 1, "metric", (cls, cast(v))) for t, v in c.samples]
+                continue
             cls = defs.metric_class([member], occurrence=MetricOccurrence.ASYNCHRONOUS,
                                     recorder_kind=RecorderKind.ABSTRACT)
             location = defs.location(f"metric {i}", group=group, type=LocationType.METRIC)
             instance = defs.metric_instance(cls, location, scope=node if c.scope == "host" else machine)
             assert instance.metric_scope == MetricScope.SYSTEM_TREE_NODE
             ew = trace.event_writer_from_location(location)
-            cast = float if c.value_type == "DOUBLE" else int
             for t, v in c.samples:
                 ew.metric(t, instance, cast(v))
+        for t, _, what, arg in sorted(on_thread, key=lambda e: (e[0], e[1])):
+            if what == "metric":
+                w.metric(t, *arg)  # type: ignore[misc]
+            else:
+                getattr(w, what)(t, arg)
         trace._first_timestamp, trace._last_timestamp = start, end
     return directory / "traces.otf2"

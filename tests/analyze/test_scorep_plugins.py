@@ -174,3 +174,23 @@ def test_a_once_plugin_scoped_to_the_system_tree_root_is_charged_to_its_recordin
     assert [s for s, _ in steps] == [0, 1, 2]
     assert [e for _, e in steps] == pytest.approx([355.0 - 120.0 * 0.007, 700.0, last], abs=150.0 * INTERVAL / S)
     assert sum(e for _, e in steps) == pytest.approx(355.0 - 120.0 * 0.007 + 700.0 + last, rel=1e-9)
+
+
+def test_a_host_counter_and_a_threads_synchronous_readings_are_one_device(tmp_path: Path) -> None:
+    """GPU 0's counter from an asynchronous per-host plugin (no rank) and its power from a
+    synchronous one on the rank's thread (``nvml_sync_plugin``: ``power_usage on CUDA: 0``, mW,
+    at the thread's events): one device, compared once and counted once (the counter), and a
+    GPU named only ``gpu1`` by another plugin still is GPU 1."""
+    power = [Channel("power_usage on CUDA: 0", "mW", "ABSOLUTE_POINT", "UINT64",
+                     samples(np.round(watts(0, TIMES) * 1e3)), scope="thread"),
+             Channel("elab.node0.gpu1.power", "W", "ABSOLUTE_POINT", "DOUBLE", samples(watts(1, TIMES)))]
+    counters = [Channel("ID0::energy_count", "J", "ABSOLUTE_POINT", "DOUBLE", samples(joules(0, TIMES))),
+                Channel("elab.node0.gpu1.energy", "J", "ACCUMULATED_START", "DOUBLE", samples(joules(1, TIMES)))]
+    write(tmp_path, power + counters)
+    with duckdb.connect(str(analyze.build(tmp_path).db), read_only=True) as con:
+        devices = con.execute("""SELECT device_index, source, rank, counted FROM energy_devices
+                                 ORDER BY device_index, source""").fetchall()
+        assert devices == [(0, "counter", None, True), (0, "power", 0, False),
+                           (1, "counter", None, True), (1, "power", None, False)]
+        rows = con.execute("SELECT device_index, difference_pct FROM energy_agreement ORDER BY ALL").fetchall()
+    assert [i for i, _ in rows] == [0, 1] and all(abs(d) < 3.0 for _, d in rows)
