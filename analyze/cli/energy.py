@@ -64,7 +64,7 @@ def run(ns: argparse.Namespace) -> int:
     print(shown.to_string(index=False))
     if len(agreement):
         a = agreement.copy()
-        for col in a.columns[2:]:
+        for col in a.columns[3:]:
             digits = 2 if col.endswith("pct") else 1
             a[col] = a[col].map(lambda v, d=digits: "" if pd.isna(v) else f"{v:.{d}f}")
         print("\ncounter vs integrated power readings (aligned: readings shifted back by their lag):")
