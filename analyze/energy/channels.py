@@ -12,7 +12,7 @@ to report it (docs/research/scorep-metric-plugins.md has the sources):
   microjoules (the Linux hwmon sysfs interface; ``patches/coretemp/linux-coretemp.c`` l. 251);
 - PAPI powercap's ``ENERGY_UJ`` in microjoules (its name says so);
 - Cray PM counters read through the coretemp plugin (``...craypm:energy``, ``power``,
-  ``accelN_energy``, ``accelN_power``) in joules and watts, as ``/sys/cray/pm_counters``
+  ``accelN_energy``, ``accelN_power``, ``cpu_energy``, ``memory_power``...) in joules and watts, as ``/sys/cray/pm_counters``
   gives them (seen in adam-mcdaniel/hpc-energy-trace-analysis' Frontier traces);
 - PAPI's nvml component (``nvml:::<GPU>:device_N:power`` and ``gpu_inst_power`` in milliwatts,
   ``total_energy_consumption`` in millijoules: icl-utk-edu/papi
@@ -68,8 +68,8 @@ _BY_NAME: list[tuple[re.Pattern[str], Quantity, float]] = [
     (re.compile(r"hwmon\d+:energy\d*_input$"), Quantity.ENERGY, 1e-6),
     (re.compile(r"hwmon\d+:power\d*_(input|average)$"), Quantity.POWER, 1e-6),
     (re.compile(r"powercap:::ENERGY_UJ", re.IGNORECASE), Quantity.ENERGY, 1e-6),
-    (re.compile(r"craypm:(accel\d+_)?energy$"), Quantity.ENERGY, 1.0),
-    (re.compile(r"craypm:(accel\d+_)?power$"), Quantity.POWER, 1.0),
+    (re.compile(r"craypm:(accel\d+_|cpu_|memory_)?energy$"), Quantity.ENERGY, 1.0),
+    (re.compile(r"craypm:(accel\d+_|cpu_|memory_)?power$"), Quantity.POWER, 1.0),
 ]
 # a setting or a property of a counter, not a reading of power or energy (see the module doc)
 _SETTING = re.compile(r"(?<![a-z])(cap|caps|limit|limits|constraint|range|profiles?|presets?|max|min|crit|"
@@ -83,6 +83,8 @@ _DEVICES: list[tuple[re.Pattern[str], Device]] = [
     # lists as two devices, so they are not matched to those) and the whole node
     (re.compile(r"craypm:accel(\d+)_"), Device.SENSOR),
     (re.compile(r"craypm:(?:energy|power)$"), Device.NODE),
+    (re.compile(r"craypm:cpu_(?:energy|power)$"), Device.CPU_PACKAGE),  # all of the node's CPUs
+    (re.compile(r"craypm:memory_(?:energy|power)$"), Device.DRAM),  # all of its memory
     (re.compile(r"rocm_smi:::.*:device=(\d+)"), Device.GPU),
     (re.compile(r"amd_smi:::energy_socket=(\d+)_core="), Device.CPU_CORE),
     (re.compile(r"amd_smi:::(?:energy|power)_socket=(\d+)"), Device.CPU_PACKAGE),

@@ -167,6 +167,10 @@ def test_a_trailing_power_reading_is_aligned_by_its_lag() -> None:
     ("A3coretemp:::craypm:accel0_energy", "#", ("energy", "sensor", 0, 1.0)),
     ("A3coretemp:::craypm:accel0_power", "#", ("power", "sensor", 0, 1.0)),
     ("A3coretemp:::craypm:energy", "#", ("energy", "node", None, 1.0)),
+    ("A2coretemp:::craypm:cpu_energy", "#", ("energy", "cpu_package", None, 1.0)),
+    ("A2coretemp:::craypm:memory_power", "#", ("power", "dram", None, 1.0)),
+    ("A2coretemp:::craypm:accel0_energy_timestamp", "#", ("other", None, None, None)),
+    ("A2coretemp:::craypm:freshness", "#", ("other", None, None, None)),
     ("AMD RAPL SINGLE_CORE[12]", "J", ("energy", "cpu_core", 12, 1.0)),
     # PAPI's nvml, amd_smi and rapl components (icl-utk-edu/papi src/components/*), through apapi
     ("A2nvml:::NVIDIA_A100-SXM4-40GB:device_1:power", "#", ("power", "gpu", 1, 1e-3)),
