@@ -96,6 +96,10 @@ def _mark_counted(all_series: list[Series]) -> None:
     for mine in by_host.values():
         kinds = {s.device for s in mine}
         use = set(PRIMARY) & kinds or next(({k} for k in FALLBACK if k in kinds), set())
+        if Device.GPU not in kinds and Device.SENSOR in kinds and Device.NODE in kinds:
+            # accelerators measured only as sensors (Cray PM's accelN, beside its cpu and
+            # memory): the node's total is the one that includes them
+            use = {Device.NODE}
         best: dict[tuple[str, int | None], Series] = {}
         # a counter over power readings; among a channel's locations, the one with the most
         # energy (Score-P's x86_energy_sync plugin writes zeros on all threads but one)

@@ -194,3 +194,25 @@ def test_a_host_counter_and_a_threads_synchronous_readings_are_one_device(tmp_pa
                            (1, "counter", None, True), (1, "power", None, False)]
         rows = con.execute("SELECT device_index, difference_pct FROM energy_agreement ORDER BY ALL").fetchall()
     assert [i for i, _ in rows] == [0, 1] and all(abs(d) < 3.0 for _, d in rows)
+
+
+@pytest.mark.parametrize("with_rocm_smi", [False, True])
+def test_cray_pm_counts_the_node_unless_the_gpus_are_measured_as_gpus(tmp_path: Path, with_rocm_smi: bool) -> None:
+    """Cray PM through the coretemp plugin (J and W, unit '#'), as on Frontier: node, cpu,
+    memory and accelerator-module channels. Alone, only the node's total includes the
+    accelerators, so it is the one counted; with ROCm SMI's GPU counters beside it, the GPUs,
+    cpu and memory are counted and the node and modules are not (they contain or mirror them)."""
+    cray = "A2coretemp:::craypm:"
+    parts = {"cpu": 1, "memory": 1, "accel0": 0, "accel1": 1}  # profile of each part
+    channels = [Channel(f"{cray}{part}_energy", "#", "ACCUMULATED_START", "UINT64",
+                        samples(np.round(joules(i, TIMES)))) for part, i in parts.items()]
+    channels += [Channel(f"{cray}energy", "#", "ACCUMULATED_START", "UINT64",
+                         samples(np.round(sum(joules(i, TIMES) for i in parts.values()) + 50 * (TIMES - T0) / S)))]
+    if with_rocm_smi:
+        channels += [Channel(f"A2rocm_smi:::energy_count:device={i}", "#", "ACCUMULATED_START", "UINT64",
+                             samples(np.round(joules(i, TIMES) * 1e6))) for i in (0, 1)]
+    write(tmp_path, channels)
+    with duckdb.connect(str(analyze.build(tmp_path).db), read_only=True) as con:
+        counted = con.execute("SELECT device, device_index FROM energy_devices WHERE counted ORDER BY ALL").fetchall()
+    assert counted == ([("cpu_package", None), ("dram", None), ("gpu", 0), ("gpu", 1)] if with_rocm_smi
+                       else [("node", None)])
