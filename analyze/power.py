@@ -33,12 +33,14 @@ def devices(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 
 def agreement(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Devices with both a counter and power readings: the energy of each, as read and aligned."""
+    """Devices with both a counter and power readings: the energy of each, as read and aligned
+    (a row per power channel of the device, named in ``readings``)."""
     return con.execute("""
-        SELECT host, device || ' ' || coalesce(device_index::VARCHAR, '?') AS device,
-               (end_ns - start_ns) / 1e9 AS seconds, counter_j, power_j, difference_pct, lag_ms,
-               aligned_counter_j, aligned_power_j, aligned_difference_pct
-        FROM energy_agreement ORDER BY host, device, device_index
+        SELECT a.host, a.device || ' ' || coalesce(a.device_index::VARCHAR, '?') AS device, c.name AS readings,
+               (a.end_ns - a.start_ns) / 1e9 AS seconds, a.counter_j, a.power_j, a.difference_pct, a.lag_ms,
+               a.aligned_counter_j, a.aligned_power_j, a.aligned_difference_pct
+        FROM energy_agreement a LEFT JOIN metric_channels c ON c.channel_id = a.power_channel
+        ORDER BY a.host, a.device, a.device_index, a.power_channel
     """).df()
 
 

@@ -334,7 +334,7 @@ ENERGY_DEVICES = _t(
 
 ENERGY_AGREEMENT = _t(
     "energy_agreement", "Devices with both an energy counter and power readings: the energy "
-    "each gives over the same window. Power readings are often averages over a trailing window "
+    "each gives over the same window, one row per power channel of the device. Power readings are often averages over a trailing window "
     "and so lag the counter; the lag is estimated (least squares on the running totals, 0-2 s) "
     "and the readings aligned by it.",
     ("host", "VARCHAR", "host"),

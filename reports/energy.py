@@ -110,7 +110,7 @@ def sweep_energy(configs: pd.DataFrame) -> ggplot:
         + scale_fill_manual(values=ACTIVE_COLORS)
         + scale_y_continuous(expand=(0, 0, 0.3, 0))
         + labs(title="Energy and energy-delay product",
-               subtitle=f"EDP = run time x energy, normalized to {base}; lower is better",
+               subtitle=f"EDP = run time x energy, normalized to {base};\nlower is better",
                y=None)
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, max(HEIGHT_IN, 1.8 + 0.5 * len(order))), axis_title_y=element_blank(),

@@ -33,7 +33,8 @@ def _why_none(run_dir: Path) -> str:
         return ""
     if "reason" in info:
         return f" ({info['reason']})"
-    reasons = [f"{h}: " + "; ".join(f"{u['source']}: {u['reason']}" for u in p.get("unavailable", []))
+    reasons = [f"{h}: " + (p.get("reason") or "; ".join(f"{u['source']}: {u['reason']}"
+                                                    for u in p.get("unavailable", [])))
                for h, p in (info.get("hosts") or {}).items() if not p.get("sampled")]
     return f" ({' | '.join(reasons)})" if reasons else ""
 
@@ -63,7 +64,7 @@ def run(ns: argparse.Namespace) -> int:
     print(shown.to_string(index=False))
     if len(agreement):
         a = agreement.copy()
-        for col in a.columns[2:]:
+        for col in a.columns[3:]:
             digits = 2 if col.endswith("pct") else 1
             a[col] = a[col].map(lambda v, d=digits: "" if pd.isna(v) else f"{v:.{d}f}")
         print("\ncounter vs integrated power readings (aligned: readings shifted back by their lag):")

@@ -9,9 +9,13 @@ window is a difference of two interpolated totals (:mod:`analyze.energy.attribut
   Score-P's x86_energy plugin, which declares ACCUMULATED_LAST but writes running totals,
   ``src/x86_energy_measurement_thread.cpp``). Whatever the declared mode, this is what the
   values are.
-- Energy, values going down: a running total that restarted (mode ACCUMULATED_START: the new
-  value counts from zero), or amounts per interval (other modes: ``*_NEXT`` for the interval
-  up to the next sample, otherwise the interval since the previous one).
+- Energy, values going down now and then (at most one step in RESTARTS): a running total that
+  restarted or wrapped (a driver reload, a plugin restarting its counter): the value after a
+  drop counts from zero, so a wrap loses at most one interval's energy. A tiny drop (a
+  floating-point total read twice) counts as no energy.
+- Energy declared RELATIVE_* (OTF2: each value is relative to the previous sample), or going
+  down often: amounts per interval (``*_NEXT`` for the interval up to the next sample,
+  otherwise the interval since the previous one), whatever the declared mode.
 - Power: integrated over time. ``*_LAST``: the reading holds since the previous sample;
   ``*_NEXT``: until the next one; otherwise (POINT, or the ACCUMULATED_START Score-P's PAPI
   plugins declare for everything) the trapezoid rule between samples.
@@ -24,6 +28,8 @@ import numpy as np
 from analyze.schema import Quantity
 
 NS = 1e9
+RESTARTS = 20  # a running total drops in at most one step in this many (see the module doc)
+JITTER = 1e-6  # a drop smaller than this fraction of the total is read noise
 
 
 def running_energy(t: np.ndarray, v: np.ndarray, quantity: Quantity | str, mode: str) -> np.ndarray:
@@ -35,14 +41,15 @@ def running_energy(t: np.ndarray, v: np.ndarray, quantity: Quantity | str, mode:
     dt = np.diff(t) / NS
     if quantity == Quantity.ENERGY:
         steps = np.diff(v)
-        if (steps >= 0).all():
-            return v - v[0]
-        if mode == "accumulated_start":
-            steps = np.where(steps < 0, v[1:], steps)
-        elif mode.endswith("_next"):
-            steps = v[:-1]
-        else:
-            steps = v[1:]
+        drops = steps < 0
+        if not mode.startswith("relative"):
+            if not drops.any():
+                return v - v[0]
+            if drops.sum() * RESTARTS <= len(steps) or mode == "accumulated_start":
+                jitter = drops & (-steps <= JITTER * np.abs(v[:-1]))
+                steps = np.where(jitter, 0.0, np.where(drops, np.maximum(v[1:], 0.0), steps))
+                return np.concatenate([[0.0], np.cumsum(steps)])
+        steps = v[:-1] if mode.endswith("_next") else v[1:]
     elif mode.endswith("_last"):
         steps = v[1:] * dt
     elif mode.endswith("_next"):

@@ -59,9 +59,13 @@ class Series:
 
 
 def load_series(con: duckdb.DuckDBPyConnection, ours: bool) -> list[Series]:
-    """Every energy or power channel with a known unit, per recording location."""
+    """Every energy or power channel with a known unit, per recording location. A channel
+    scoped to a system tree node above the hosts (Score-P's `once` plugins get the root) is
+    charged to the host of the process that recorded it."""
     rows = con.execute("""
-        SELECT c.channel_id, m.location_id, c.name, coalesce(c.host, h.host) AS host, c.device,
+        SELECT c.channel_id, m.location_id, c.name,
+               CASE WHEN c.host IN (SELECT host FROM hosts) THEN c.host ELSE coalesce(h.host, c.host) END AS host,
+               c.device,
                c.device_index, c.quantity, c.mode,
                CASE WHEN c.scope IS NULL THEN m.rank ELSE c.rank END AS charged,
                list(m.time_ns ORDER BY m.time_ns) AS t, list(m.value * c.to_si ORDER BY m.time_ns) AS v
@@ -92,9 +96,18 @@ def _mark_counted(all_series: list[Series]) -> None:
     for mine in by_host.values():
         kinds = {s.device for s in mine}
         use = set(PRIMARY) & kinds or next(({k} for k in FALLBACK if k in kinds), set())
-        best: dict[tuple[str, int | None, int | None], Series] = {}
-        for s in sorted(mine, key=lambda s: (s.source != EnergySource.COUNTER, s.channel_id)):
-            key = (s.device, s.index, s.rank)
+        if Device.GPU not in kinds and Device.SENSOR in kinds and Device.NODE in kinds:
+            # accelerators measured only as sensors (Cray PM's accelN, beside its cpu and
+            # memory): the node's total is the one that includes them
+            use = {Device.NODE}
+        best: dict[tuple[str, int | None], Series] = {}
+        # a counter over power readings; among a channel's locations, the one with the most
+        # energy (Score-P's x86_energy_sync plugin writes zeros on all threads but one)
+        for s in sorted(mine, key=lambda s: (s.source != EnergySource.COUNTER, s.channel_id,
+                                             -(s.total[-1] if len(s.total) else 0.0))):
+            # one series per device of the host, whichever rank's location recorded it (a
+            # counter on the host's METRIC location and synchronous readings on a thread)
+            key = (s.device, s.index)
             if s.device in use and len(s.t) > 1 and key not in best:
                 best[key] = s
         for s in best.values():
@@ -131,30 +144,49 @@ def _device_row(s: Series) -> dict:
 
 def family(name: str) -> str:
     """What a channel's name says about where it comes from: a PAPI-based Score-P plugin's
-    prefix (``A2rocm_smi``, ``A3coretemp``), so a device's counter is paired with power readings
-    of the same origin only."""
+    prefix (``A2rocm_smi``, ``A3coretemp``), so a device's counter is compared first with power
+    readings of the same origin."""
     return name.split(":::", 1)[0] if ":::" in name else ""
 
 
 def _agreement_rows(all_series: list[Series]) -> list[dict]:
     rows = []
-    devices: dict[tuple, dict[EnergySource, Series]] = {}
+    devices: dict[tuple, dict[EnergySource, list[Series]]] = {}
     for s in all_series:
-        devices.setdefault((s.host, s.device, s.index, s.rank, family(s.name)), {}).setdefault(s.source, s)
-    for (host, device, index, _, _), pair in devices.items():
-        if len(pair) < 2 or device == Device.OTHER:
+        devices.setdefault((s.host, s.device, s.index), {}).setdefault(s.source, []).append(s)
+    for (host, device, index), found in devices.items():
+        if len(found) < 2 or device == Device.OTHER:
             continue
-        c, p = pair[EnergySource.COUNTER], pair[EnergySource.POWER]
-        a = attribution.agreement(c.t, c.total, p.t, p.total)
-        if a is None:
-            continue
-        rows.append({"host": host, "device": device, "device_index": index, "counter_channel": c.channel_id,
-                     "power_channel": p.channel_id, "start_ns": a.start_ns, "end_ns": a.end_ns,
-                     "counter_j": a.counter_j, "power_j": a.power_j,
-                     "difference_pct": a.pct(a.power_j, a.counter_j), "lag_ms": a.lag_ns / 1e6,
-                     "aligned_counter_j": a.aligned_counter_j, "aligned_power_j": a.aligned_power_j,
-                     "aligned_difference_pct": a.pct(a.aligned_power_j, a.aligned_counter_j)})
+        # the counter that counts (on the location that recorded the most), against every
+        # kind of power reading of the device (a plugin may give current and average power),
+        # those of the counter's origin first
+        c = max(found[EnergySource.COUNTER], key=lambda s: (s.counted, s.total[-1] if len(s.total) else 0.0))
+        for p in sorted(_by_channel(found[EnergySource.POWER]), key=lambda p: family(p.name) != family(c.name)):
+            row = _agreement_row(host, device, index, c, p)
+            if row is not None:
+                rows.append(row)
     return rows
+
+
+def _by_channel(power: list[Series]) -> list[Series]:
+    """One series per channel: the one recorded on the location with the most samples."""
+    best: dict[int, Series] = {}
+    for s in power:
+        if s.channel_id not in best or len(s.t) > len(best[s.channel_id].t):
+            best[s.channel_id] = s
+    return [best[k] for k in sorted(best)]
+
+
+def _agreement_row(host: str | None, device: str, index: int | None, c: Series, p: Series) -> dict | None:
+    a = attribution.agreement(c.t, c.total, p.t, p.total)
+    if a is None:
+        return None
+    return {"host": host, "device": device, "device_index": index, "counter_channel": c.channel_id,
+            "power_channel": p.channel_id, "start_ns": a.start_ns, "end_ns": a.end_ns,
+            "counter_j": a.counter_j, "power_j": a.power_j,
+            "difference_pct": a.pct(a.power_j, a.counter_j), "lag_ms": a.lag_ns / 1e6,
+            "aligned_counter_j": a.aligned_counter_j, "aligned_power_j": a.aligned_power_j,
+            "aligned_difference_pct": a.pct(a.aligned_power_j, a.aligned_counter_j)}
 
 
 def _windows(con: duckdb.DuckDBPyConnection, rank: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, pd.DataFrame]]:

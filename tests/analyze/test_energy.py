@@ -110,6 +110,16 @@ def test_running_energy_modes() -> None:
     assert list(series.running_energy(t, [5, 7, 1, 4], "energy", "accumulated_start")) == [0, 2, 3, 6]
     assert list(series.running_energy(t, [1, 2, 1, 3], "energy", "accumulated_last")) == [0, 2, 3, 6]
     assert list(series.running_energy(t, [1, 2, 1, 3], "energy", "accumulated_next")) == [0, 1, 3, 4]
+    # declared relative: amounts since the previous sample, even where they happen to grow
+    assert list(series.running_energy(t, [1, 2, 3, 4], "energy", "relative_last")) == [0, 2, 5, 9]
+    # a running total that drops once in 20+ steps restarted there (any mode); a drop of read
+    # noise (one part in 10^9) counts as nothing, so the rebound after it counts 1 unit twice
+    t21 = np.arange(22) * S
+    restarted = np.concatenate([100.0 + np.arange(11), np.arange(11) * 1.0])
+    assert series.running_energy(t21, restarted, "energy", "absolute_point")[-1] == 10 + 0 + 10
+    noisy = 1e9 + np.arange(22.0)
+    noisy[5] -= 2.0
+    assert series.running_energy(t21, noisy, "energy", "absolute_point")[-1] == 21 + 1
     # power readings: trapezoid, held since the previous sample (LAST), until the next (NEXT)
     assert list(series.running_energy(t, [10, 20, 20, 0], "power", "absolute_point")) == [0, 15, 35, 45]
     assert list(series.running_energy(t, [10, 20, 20, 0], "power", "absolute_last")) == [0, 20, 40, 40]
@@ -157,7 +167,33 @@ def test_a_trailing_power_reading_is_aligned_by_its_lag() -> None:
     ("A3coretemp:::craypm:accel0_energy", "#", ("energy", "sensor", 0, 1.0)),
     ("A3coretemp:::craypm:accel0_power", "#", ("power", "sensor", 0, 1.0)),
     ("A3coretemp:::craypm:energy", "#", ("energy", "node", None, 1.0)),
+    ("A2coretemp:::craypm:cpu_energy", "#", ("energy", "cpu_package", None, 1.0)),
+    ("A2coretemp:::craypm:memory_power", "#", ("power", "dram", None, 1.0)),
+    ("A2coretemp:::craypm:accel0_energy_timestamp", "#", ("other", None, None, None)),
+    ("A2coretemp:::craypm:freshness", "#", ("other", None, None, None)),
     ("AMD RAPL SINGLE_CORE[12]", "J", ("energy", "cpu_core", 12, 1.0)),
+    # PAPI's nvml, amd_smi and rapl components (icl-utk-edu/papi src/components/*), through apapi
+    ("A2nvml:::NVIDIA_A100-SXM4-40GB:device_1:power", "#", ("power", "gpu", 1, 1e-3)),
+    ("A2nvml:::NVIDIA_A100-SXM4-40GB:device_1:total_energy_consumption", "#", ("energy", "gpu", 1, 1e-3)),
+    ("A2nvml:::NVIDIA_A100-SXM4-40GB:device_0:gpu_memory_avg_power", "#", ("power", "sensor", 0, 1e-3)),
+    ("A2amd_smi:::energy_consumed:device=3", "#", ("energy", "gpu", 3, 1e-6)),
+    ("A2amd_smi:::power_average:device=3", "#", ("power", "gpu", 3, 1.0)),
+    ("A2amd_smi:::power_sensor_socket_microwatts_sensor=0:device=2", "#", ("power", "gpu", 2, 1e-6)),
+    ("A2amd_smi:::energy_socket=1", "#", ("energy", "cpu_package", 1, 1e-6)),
+    ("A2amd_smi:::energy_socket=1_core=7", "#", ("energy", "cpu_core", 1, 1e-6)),
+    ("Arapl:::DRAM_ENERGY:PACKAGE1", "#", ("energy", "dram", 1, 1e-9)),
+    ("Arapl:::PACKAGE_ENERGY:PACKAGE0", "#", ("energy", "cpu_package", 0, 1e-9)),
+    ("A2rocm_smi:::power_average:device=6:sensor=0", "#", ("power", "gpu", 6, 1e-6)),
+    ("node energy", "kWh", ("energy", "other", None, 3.6e6)),
+    # settings are not readings, whatever their unit
+    ("A2nvml:::NVIDIA_A100-SXM4-40GB:device_0:power_management_limit", "#", ("other", None, None, None)),
+    ("power_management_limit on CUDA: 0", "mW", ("other", None, None, None)),
+    ("A2rocm_smi:::power_cap:device=0:sensor=0", "#", ("other", None, None, None)),
+    ("A2rocm_smi:::power_cap_range_max:device=0:sensor=0", "#", ("other", None, None, None)),
+    ("A2amd_smi:::energy_resolution:device=0", "#", ("other", None, None, None)),
+    ("powercap:::POWER_LIMIT_A_UW:ZONE0", "#", ("other", None, None, None)),
+    ("powercap:::MAX_ENERGY_RANGE_UJ:ZONE0", "#", ("other", None, None, None)),
+    ("A2coretemp:::hwmon2:power1_average_interval", "#", ("other", None, None, None)),
     ("some_energy_counter", "#", ("energy", "other", None, None)),  # unknown scale: listed, not converted
     ("A2rocm_smi:::busy_percent:device=0", "#", ("other", None, None, None)),
     ("PAPI_TOT_CYC", "#", ("other", None, None, None)),
@@ -201,6 +237,10 @@ def test_analyze_energy_without_power_says_why(tmp_path: Path, capsys: pytest.Ca
                                        '[{"source": "RAPL", "reason": "no RAPL zones under /x"}]}}}}')
     assert main(["energy", str(tmp_path)]) == 1
     assert "has no energy or power samples (h0: RAPL: no RAPL zones under /x)" in capsys.readouterr().err
+    # a run recorded with --power off says so (as the sampler writes it into run.json)
+    (tmp_path / "run.json").write_text('{"power": {"hosts": {"h0": {"sampled": false, "reason": "--power off"}}}}')
+    assert main(["energy", str(tmp_path)]) == 1
+    assert "has no energy or power samples (h0: --power off)" in capsys.readouterr().err
 
 
 def test_phase_pieces_with_nothing_inside_a_step() -> None:

@@ -138,6 +138,9 @@ def test_every_nvml_name_the_code_uses_exists_in_pynvml() -> None:
     assert sorted(n for n in used if not hasattr(pynvml, n)) == []
     fake = fake_nvml(GPUS)
     assert sorted(n for n in used if not hasattr(fake, n)) == []  # the fake stands in for all of them
+    # and the fake has nothing pynvml lacks (state is the fake's own bookkeeping)
+    assert sorted(n for n in vars(fake) if n != "state" and not hasattr(pynvml, n)) == []
+    assert issubclass(pynvml.NVMLError_NotSupported, pynvml.NVMLError)
     assert issubclass(pynvml.NVMLError_LibraryNotFound, pynvml.NVMLError)
 
 
