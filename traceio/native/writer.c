@@ -32,6 +32,7 @@ typedef struct {
     Offset *offsets;
     Py_ssize_t noffsets;
     uint64_t events;
+    PyObject *mappings; /* borrowed: [(OTF2_MappingType, uint64 buffer)] for its local defs */
 } Loc;
 
 typedef struct {
@@ -187,6 +188,43 @@ static int write_strings(OTF2_GlobalDefWriter *g, PyObject *strings, Py_ssize_t 
     return 0;
 }
 
+/* A location's mapping tables (local -> global references of the events its rank wrote with
+ * its own definitions), into its local definition file, as Score-P writes them. */
+static int write_mappings(OTF2_Archive *archive, OTF2_LocationRef loc, PyObject *mappings) {
+    PyObject *seq = PySequence_Fast(mappings, "mapping tables");
+    if (seq == NULL)
+        return -1;
+    OTF2_DefWriter *dw = OTF2_Archive_GetDefWriter(archive, loc);
+    if (dw == NULL) {
+        Py_DECREF(seq);
+        PyErr_Format(Otf2NativeError, "cannot open the definition writer of location %llu",
+                     (unsigned long long)loc);
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+        unsigned char type;
+        Py_buffer ids;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "by*", &type, &ids))
+            goto fail;
+        OTF2_IdMap *map = OTF2_IdMap_CreateFromUint64Array((uint64_t)(ids.len / sizeof(uint64_t)),
+                                                           ids.buf, false);
+        OTF2_ErrorCode rc = map == NULL ? OTF2_ERROR_MEM_ALLOC_FAILED
+                                        : OTF2_DefWriter_WriteMappingTable(dw, (OTF2_MappingType)type, map);
+        if (map != NULL)
+            OTF2_IdMap_Free(map);
+        PyBuffer_Release(&ids);
+        if (rc != OTF2_SUCCESS) {
+            PyErr_Format(Otf2NativeError, "cannot write a mapping table: %s", OTF2_Error_GetDescription(rc));
+            goto fail;
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    return -1;
+}
+
 #define STRINGS(...)                                                                           \
     do {                                                                                       \
         uint32_t refs_[] = {__VA_ARGS__};                                                      \
@@ -201,10 +239,11 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
     PyObject *strings, *nodes, *lgroups, *locations, *props, *regions, *groups, *comms;
     PyObject *comm_refs_obj, *members, *metrics, *metric_refs_obj;
     Py_buffer op_map = {0};
-    if (!PyArg_ParseTuple(args, "sss(KKKK)OOOOOOOOOy*OOO", &directory, &name, &creator,
+    int defs_only = 0; /* definitions only: the ranks wrote the event files themselves */
+    if (!PyArg_ParseTuple(args, "sss(KKKK)OOOOOOOOOy*OOO|p", &directory, &name, &creator,
                           &resolution, &global_offset, &length, &realtime, &strings, &nodes,
                           &lgroups, &locations, &props, &regions, &groups, &comms, &comm_refs_obj,
-                          &op_map, &members, &metrics, &metric_refs_obj))
+                          &op_map, &members, &metrics, &metric_refs_obj, &defs_only))
         return NULL;
     OTF2_Archive *archive = NULL;
     Loc *locs = NULL;
@@ -250,12 +289,15 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
             goto fail;
     }
     for (Py_ssize_t i = 0; i < nloc; i++) {
-        PyObject *recs, *offsets;
+        PyObject *recs, *offsets, *mappings = NULL;
         unsigned int lname, lgroup;
         unsigned char ltype;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(s_locs, i), "IbIOO", &lname, &ltype,
-                              &lgroup, &recs, &offsets))
+        unsigned long long given_events = 0;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(s_locs, i), "IbIOO|KO", &lname, &ltype,
+                              &lgroup, &recs, &offsets, &given_events, &mappings))
             goto fail;
+        locs[i].events = given_events; /* with defs_only: the count the rank wrote */
+        locs[i].mappings = mappings == Py_None ? NULL : mappings;
         locs[i].name = lname;
         locs[i].type = ltype;
         locs[i].group = lgroup;
@@ -279,7 +321,11 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
     CHECK(OTF2_Archive_SetFlushCallbacks(archive, &flush_callbacks, NULL), "flush callbacks");
     CHECK(OTF2_Archive_SetSerialCollectiveCallbacks(archive), "collective callbacks");
     CHECK(OTF2_Archive_OpenDefFiles(archive), "cannot open the definition files");
-    CHECK(OTF2_Archive_OpenEvtFiles(archive), "cannot open the event files");
+    if (!defs_only)
+        CHECK(OTF2_Archive_OpenEvtFiles(archive), "cannot open the event files");
+    for (Py_ssize_t i = 0; i < nloc; i++) /* mapping tables first: they need the GIL */
+        if (locs[i].mappings != NULL && write_mappings(archive, (OTF2_LocationRef)i, locs[i].mappings) < 0)
+            goto fail;
 
     EventContext ctx = {comm_refs, ncomm_refs, op_map.buf, metric_refs, nmetric_refs, {0}};
     int failed = 0;
@@ -287,14 +333,15 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
     for (Py_ssize_t i = 0; i < nloc && !failed; i++) {
         Loc *l = &locs[i];
         OTF2_DefWriter *dw = OTF2_Archive_GetDefWriter(archive, (OTF2_LocationRef)i);
-        OTF2_EvtWriter *ew = OTF2_Archive_GetEvtWriter(archive, (OTF2_LocationRef)i);
-        if (dw == NULL || ew == NULL) {
+        OTF2_EvtWriter *ew = defs_only ? NULL : OTF2_Archive_GetEvtWriter(archive, (OTF2_LocationRef)i);
+        if (dw == NULL || (ew == NULL && !defs_only)) {
             snprintf(ctx.error, sizeof ctx.error, "cannot open the writers of location %zd", i);
             failed = 1;
             break;
         }
-        failed = write_events(ew, l->records.buf, (size_t)l->records.len / sizeof(Record), &ctx,
-                              &l->events) < 0;
+        if (!defs_only)
+            failed = write_events(ew, l->records.buf, (size_t)l->records.len / sizeof(Record),
+                                  &ctx, &l->events) < 0;
         for (Py_ssize_t k = 0; k < l->noffsets && !failed; k++) {
             OTF2_ErrorCode rc = OTF2_DefWriter_WriteClockOffset(dw, l->offsets[k].time,
                                                                 l->offsets[k].offset,
@@ -306,14 +353,16 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
             }
         }
         OTF2_Archive_CloseDefWriter(archive, dw);
-        OTF2_Archive_CloseEvtWriter(archive, ew);
+        if (ew != NULL)
+            OTF2_Archive_CloseEvtWriter(archive, ew);
     }
     Py_END_ALLOW_THREADS
     if (failed) {
         PyErr_SetString(Otf2NativeError, ctx.error);
         goto fail;
     }
-    CHECK(OTF2_Archive_CloseEvtFiles(archive), "cannot close the event files");
+    if (!defs_only)
+        CHECK(OTF2_Archive_CloseEvtFiles(archive), "cannot close the event files");
     CHECK(OTF2_Archive_CloseDefFiles(archive), "cannot close the definition files");
 
     OTF2_GlobalDefWriter *g = OTF2_Archive_GetGlobalDefWriter(archive);
