@@ -3,8 +3,13 @@ the end step only definitions; the archive reads back exactly as the merged one 
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import duckdb
@@ -15,6 +20,7 @@ from analyze import schema
 from instrument.launch.job import build_archive
 from instrument.tracer import merge, perrank
 from instrument.tracer.builtin import Tracer
+from tests.conftest import ROOT, instrument_run
 from traceio import codec, records
 from traceio.records import Device, Op, Role
 
@@ -161,3 +167,42 @@ def test_otf2_print_reads_a_per_rank_archive(tmp_path: Path) -> None:
 def test_no_rank_files_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(merge.MergeError, match="no per-rank trace files"):
         perrank.assemble(tmp_path)
+
+
+SCRIPTS = Path(__file__).parent / "scripts"
+
+
+def test_a_sigkilled_rank_keeps_at_least_half_of_its_steps_with_the_default_flush(tmp_path: Path) -> None:
+    """100 ms steps, SIGKILL 2 s after the first one began: about 20 steps were done; with
+    the default flush interval (0.5 s, checked every 0.125 s) at most about 6 are lost."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DLTRACE_FLUSH_INTERVAL_S", perrank.MODE_ENV)}
+    p = subprocess.Popen([sys.executable, "-m", "instrument.cli", "run", "--out", str(tmp_path), "--name", "kill",
+                          "-np", "1", str(SCRIPTS / "steps.py"), "--steps", "200", "--step-s", "0.1"],
+                         cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    assert p.stdout is not None
+    for line in p.stdout:
+        if "started" in line:
+            break
+    time.sleep(2.0)
+    meta = json.loads((tmp_path / "kill" / "ranks" / "rank-00000.json").read_text())
+    os.kill(meta["pid"], signal.SIGKILL)
+    out, err = p.communicate(timeout=120)
+    assert "killed by SIGKILL" in err, out + err
+    info = json.loads((tmp_path / "kill" / "run.json").read_text())
+    assert info["rank_info"][0]["status"] == "killed" and info["complete"] is False
+    steps = analyze.open(tmp_path / "kill").execute("select count(*) from steps where rank = 0").fetchone()[0]
+    assert 10 <= steps <= 21, steps
+
+
+@pytest.mark.slow
+def test_a_real_run_of_32_ranks_reads_back(tmp_path: Path) -> None:
+    run = instrument_run(tmp_path, "-np", "32", str(SCRIPTS / "steps.py"), "--steps", "3", timeout=900)
+    assert run.proc.returncode == 0, run.output
+    # every rank wrote its own event files; the end step only assembled them
+    for rank in range(32):
+        assert perrank.paths(run.run_dir / "ranks", rank)[1].is_file(), rank
+    assert run.info["complete"] is True
+    db = analyze.open(run.run_dir)
+    assert db.execute("select count(distinct rank), count(*) from steps").fetchone() == (32, 32 * 3)
+    assert db.execute("select count(*) from intervals join regions using (region_id) "
+                      "where name = 'compute'").fetchone() == (32 * 3,)
