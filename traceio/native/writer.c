@@ -190,17 +190,10 @@ static int write_strings(OTF2_GlobalDefWriter *g, PyObject *strings, Py_ssize_t 
 
 /* A location's mapping tables (local -> global references of the events its rank wrote with
  * its own definitions), into its local definition file, as Score-P writes them. */
-static int write_mappings(OTF2_Archive *archive, OTF2_LocationRef loc, PyObject *mappings) {
+static int write_mappings(OTF2_DefWriter *dw, PyObject *mappings) {
     PyObject *seq = PySequence_Fast(mappings, "mapping tables");
     if (seq == NULL)
         return -1;
-    OTF2_DefWriter *dw = OTF2_Archive_GetDefWriter(archive, loc);
-    if (dw == NULL) {
-        Py_DECREF(seq);
-        PyErr_Format(Otf2NativeError, "cannot open the definition writer of location %llu",
-                     (unsigned long long)loc);
-        return -1;
-    }
     for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
         unsigned char type;
         Py_buffer ids;
@@ -312,7 +305,10 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
             goto fail;
     }
 
-    archive = OTF2_Archive_Open(directory, name, OTF2_FILEMODE_WRITE, EVENT_CHUNK, DEF_CHUNK,
+    /* definitions only: one small chunk per location (a def writer allocates and clears its
+     * whole chunk, 4 MiB each cost about 10 ms per location here) */
+    archive = OTF2_Archive_Open(directory, name, OTF2_FILEMODE_WRITE, EVENT_CHUNK,
+                                defs_only ? OTF2_CHUNK_SIZE_MIN : DEF_CHUNK,
                                 OTF2_SUBSTRATE_POSIX, OTF2_COMPRESSION_NONE);
     if (archive == NULL) {
         PyErr_Format(Otf2NativeError, "cannot create the OTF2 archive %s/%s", directory, name);
@@ -323,25 +319,44 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
     CHECK(OTF2_Archive_OpenDefFiles(archive), "cannot open the definition files");
     if (!defs_only)
         CHECK(OTF2_Archive_OpenEvtFiles(archive), "cannot open the event files");
-    for (Py_ssize_t i = 0; i < nloc; i++) /* mapping tables first: they need the GIL */
-        if (locs[i].mappings != NULL && write_mappings(archive, (OTF2_LocationRef)i, locs[i].mappings) < 0)
+    /* definitions only: each location's local definitions (mapping tables, clock offsets), one
+     * writer at a time, so that every writer reuses the memory of the one before */
+    for (Py_ssize_t i = 0; defs_only && i < nloc; i++) {
+        OTF2_DefWriter *dw = OTF2_Archive_GetDefWriter(archive, (OTF2_LocationRef)i);
+        if (dw == NULL) {
+            PyErr_Format(Otf2NativeError, "cannot open the definition writer of location %zd", i);
             goto fail;
+        }
+        int bad = locs[i].mappings != NULL && write_mappings(dw, locs[i].mappings) < 0;
+        for (Py_ssize_t k = 0; k < locs[i].noffsets && !bad; k++) {
+            OTF2_ErrorCode rc = OTF2_DefWriter_WriteClockOffset(dw, locs[i].offsets[k].time,
+                                                                locs[i].offsets[k].offset,
+                                                                locs[i].offsets[k].stddev);
+            if (rc != OTF2_SUCCESS) {
+                PyErr_Format(Otf2NativeError, "cannot write a clock offset: %s",
+                             OTF2_Error_GetDescription(rc));
+                bad = 1;
+            }
+        }
+        OTF2_Archive_CloseDefWriter(archive, dw);
+        if (bad)
+            goto fail;
+    }
 
     EventContext ctx = {comm_refs, ncomm_refs, op_map.buf, metric_refs, nmetric_refs, {0}};
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < nloc && !failed; i++) {
+    for (Py_ssize_t i = 0; i < nloc && !failed && !defs_only; i++) {
         Loc *l = &locs[i];
         OTF2_DefWriter *dw = OTF2_Archive_GetDefWriter(archive, (OTF2_LocationRef)i);
-        OTF2_EvtWriter *ew = defs_only ? NULL : OTF2_Archive_GetEvtWriter(archive, (OTF2_LocationRef)i);
-        if (dw == NULL || (ew == NULL && !defs_only)) {
+        OTF2_EvtWriter *ew = OTF2_Archive_GetEvtWriter(archive, (OTF2_LocationRef)i);
+        if (dw == NULL || ew == NULL) {
             snprintf(ctx.error, sizeof ctx.error, "cannot open the writers of location %zd", i);
             failed = 1;
             break;
         }
-        if (!defs_only)
-            failed = write_events(ew, l->records.buf, (size_t)l->records.len / sizeof(Record),
-                                  &ctx, &l->events) < 0;
+        failed = write_events(ew, l->records.buf, (size_t)l->records.len / sizeof(Record), &ctx,
+                              &l->events) < 0;
         for (Py_ssize_t k = 0; k < l->noffsets && !failed; k++) {
             OTF2_ErrorCode rc = OTF2_DefWriter_WriteClockOffset(dw, l->offsets[k].time,
                                                                 l->offsets[k].offset,
@@ -353,8 +368,7 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
             }
         }
         OTF2_Archive_CloseDefWriter(archive, dw);
-        if (ew != NULL)
-            OTF2_Archive_CloseEvtWriter(archive, ew);
+        OTF2_Archive_CloseEvtWriter(archive, ew);
     }
     Py_END_ALLOW_THREADS
     if (failed) {
