@@ -88,7 +88,7 @@ def write_rank(ranks_dir: Path, rank: int) -> dict[str, Any]:
             {"index": loc.index, "name": loc.name, "kind": loc.kind, "events": n,
              "first_ns": int(loc.records["time"][0]) if len(loc.records) else None,
              "last_ns": int(loc.records["time"][-1]) if len(loc.records) else None}
-            for loc, n in zip(spec.locations, events)
+            for loc, n in zip(spec.locations, events, strict=True)
         ],
         "summary": asdict(summary),
     }
@@ -162,7 +162,7 @@ def assemble(run_dir: Path, expected_ranks: int | None = None) -> tuple[merge.Me
     lo: int | None = None
     hi: int | None = None
     first_metric = 0
-    for side, spec in zip(sides, specs):
+    for side, spec in zip(sides, specs, strict=True):
         region_map, comm_map = maps[spec.rank]
         # _metrics numbers the channels rank by rank, each rank's in its own order
         metric_map = np.arange(first_metric, first_metric + len(side["metrics"]), dtype=np.uint64)
