@@ -206,3 +206,24 @@ def test_a_real_run_of_32_ranks_reads_back(tmp_path: Path) -> None:
     assert db.execute("select count(distinct rank), count(*) from steps").fetchone() == (32, 32 * 3)
     assert db.execute("select count(*) from intervals join regions using (region_id) "
                       "where name = 'compute'").fetchone() == (32 * 3,)
+
+
+def test_the_python_reader_applies_the_mapping_tables_too(tmp_path: Path) -> None:
+    per_rank, _ = both_ways(tmp_path, 2)
+    native = tables(per_rank)
+    analyze.build(per_rank, reader="python", force=True)
+    python = tables(per_rank)
+    assert python.pop("runs") != native.pop("runs")  # it names the reader
+    assert python == native
+
+
+def test_instrument_merge_rebuilds_both_ways(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    for rank in range(2):
+        synthetic_rank(run, rank, finalize=rank == 0)
+    for extra in ([], ["--merged"]):
+        proc = subprocess.run([sys.executable, "-m", "instrument.cli", "merge", str(run), *extra], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert "trace written:" in proc.stdout and "2 ranks" in proc.stdout and "[incomplete]" in proc.stdout
+    assert perrank.paths(run / "ranks", 1)[1].is_file()  # the killed rank, converted by the first
