@@ -4,6 +4,10 @@
  * writer registers them for instrument/otf2_writer.py, so both writers give the same
  * references; this file only writes them, then translates records into OTF2 events the way
  * otf2_writer._write_events does. The event loop runs without the GIL.
+ *
+ * With defs_only (per-rank writing, instrument/tracer/perrank.py) no event file is written:
+ * each location comes with the number of events its rank wrote and the mapping tables from
+ * the rank's references to the archive's, which go into its local definitions.
  */
 #include "otf2native.h"
 
