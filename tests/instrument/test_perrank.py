@@ -191,7 +191,8 @@ def test_a_sigkilled_rank_keeps_at_least_half_of_its_steps_with_the_default_flus
     info = json.loads((tmp_path / "kill" / "run.json").read_text())
     assert info["rank_info"][0]["status"] == "killed" and info["complete"] is False
     steps = analyze.open(tmp_path / "kill").execute("select count(*) from steps where rank = 0").fetchone()[0]
-    assert 10 <= steps <= 21, steps
+    # at least 20 steps were done when it was killed (more when the "started" line came late)
+    assert 10 <= steps < 100, steps
 
 
 @pytest.mark.slow
