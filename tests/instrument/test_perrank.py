@@ -47,8 +47,9 @@ def synthetic_rank(run: Path, rank: int, *, finalize: bool = True) -> Tracer:
     user = [tr.region_id(n) for n in (names if rank % 2 == 0 else names[::-1])]
     fwd, opt = tr.region_id(records.FORWARD), tr.region_id(records.OPTIMIZER)
     ar = tr.region_id("torch.distributed.all_reduce", Role.COLL_ALL2ALL)
+    odd = tr.comm_id("odd", (1, 3)) if rank % 2 else None  # defined first: own ids differ
     world = tr.comm_id("WORLD", (0, 1, 2, 3))
-    comm = tr.comm_id("odd", (1, 3)) if rank % 2 else world
+    comm = world if odd is None else odd
     stream = tr.named_loc("cuda stream 7", kind="accelerator_stream")
     kernel = tr.region_id("ncclKernel_AllReduce", Role.COLL_ALL2ALL)
     metric_loc = tr.named_loc("power", kind="metric") if rank % 2 == 0 else None
