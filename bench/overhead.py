@@ -9,7 +9,8 @@ sampler reads a powercap tree of two packages and their DRAM, written for the be
 ``--power-interval`` seconds, 0.1 by default: the cost of reading the files and recording, as
 on a machine with RAPL), ``--tracer builtin --device-activity`` (our tracer plus
 torch.profiler's activity import, docs/gpu.md) or ``--tracer none`` under torch.profiler with
-its default settings (bench/torch_profiled.py). SCRIPT is runs/ddp_resnet.py (``--workload
+its default settings (bench/torch_profiled.py); ``builtin-flush10s`` is ``builtin`` flushing
+every 10 s, as before per-rank writing (the default is 0.5 s: the cost of flushing). SCRIPT is runs/ddp_resnet.py (``--workload
 resnet``: a few dozen large operators per step, where every mode hides in the noise) or
 runs/ddp_small_ops.py (``--workload small-ops``: a few thousand operators of microseconds each,
 where a profiler's per-operator cost shows). The modes take turns, the order rotating each
@@ -33,6 +34,8 @@ from bench import measure
 MODES = {
     "none": ["--tracer", "none"],
     "builtin": ["--tracer", "builtin", "--power", "off"],
+    # as builtin, with the flush interval before per-rank writing (10 s; the default is 0.5 s)
+    "builtin-flush10s": ["--tracer", "builtin", "--power", "off"],
     "builtin+power": ["--tracer", "builtin"],
     "builtin+device": ["--tracer", "builtin", "--power", "off", "--device-activity"],
     "torch.profiler": ["--tracer", "none", "bench/torch_profiled.py"],
@@ -58,6 +61,8 @@ def one(mode: str, out: Path, i: int, script: list[str], env: dict[str, str]) ->
     time other processes hold the cores)."""
     result = out / f"{mode}-{i}.json"
     mode_env = {"DLTRACE_POWERCAP_ROOT": str(powercap_tree(out / "powercap"))} if mode == "builtin+power" else {}
+    if mode == "builtin-flush10s":
+        mode_env["DLTRACE_FLUSH_INTERVAL_S"] = "10"
     measure.run(measure.python("-m", "instrument.cli", "run", "-np", "2", "--out", str(out),
                                "--name", f"{mode.replace('.', '-').replace('+', '-')}-{i}", *MODES[mode], *script),
                 env={"DLTRACE_EXAMPLE_RESULT": str(result), **env, **mode_env})

@@ -9,6 +9,9 @@ comes from the environment, so any launcher that passes the environment through 
 - ``DLTRACE_CLOCK_SERVER``: ``host:port`` of the reference clock; without it, rank 0 serves
   its own clock and publishes the address in the run directory.
 - ``DLTRACE_BUFFER_EVENTS``, ``DLTRACE_FLUSH_INTERVAL_S``: buffer size and periodic flush.
+- ``DLTRACE_TRACE_WRITING=merged``: do not write this rank's OTF2 event files at the end; the
+  end step merges every rank's spill file in one process (the default is per-rank writing,
+  instrument/tracer/perrank.py).
 - ``DLTRACE_POWER`` (``off``), ``DLTRACE_POWER_INTERVAL_S``, ``DLTRACE_POWERCAP_ROOT``: the
   per-host power sampler (instrument/power; docs/energy.md).
 - ``DLTRACE_DEVICE_ACTIVITY=1``: run torch.profiler beside the tracer (instrument/hooks/device_activity.py).
@@ -79,6 +82,8 @@ def make_tracer(env: dict[str, str]) -> Tracer:
 
         scorep.prepare_rank(env)
         backend = scorep.ScorepRecorder
+    from instrument.tracer import perrank
+
     return backend(
         rank,
         size,
@@ -87,6 +92,7 @@ def make_tracer(env: dict[str, str]) -> Tracer:
         flush_interval_s=interval if interval > 0 else None,
         clock_server=_clock_server(rank, path, env),
         local_rank=local_rank,
+        write_otf2=backend is Tracer and perrank.enabled(env),
     )
 
 

@@ -11,6 +11,7 @@ properties), so both writers' archives read back into identical tables.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from otf2.enums import (
     GroupType,
     LocationGroupType,
     LocationType,
+    MappingType,
     MetricMode,
     MetricOccurrence,
     MetricScope,
@@ -38,9 +40,10 @@ from traceio.archive import (
     OTF2_ROLE,
     TIMER_RESOLUTION,
     ArchiveSpec,
+    LocationSpec,
     time_span,
 )
-from traceio.records import EVENT_DTYPE, Role
+from traceio.records import EVENT_DTYPE, Kind, Role
 
 UNDEFINED = 0xFFFFFFFF
 UNDEFINED_TIMESTAMP = Undefined.TIMESTAMP.value
@@ -64,8 +67,7 @@ class _Strings:
         return ref
 
 
-def _clock(spec: ArchiveSpec) -> tuple[int, int, int, int]:
-    span = time_span(spec)
+def _clock(spec: ArchiveSpec, span: tuple[int, int] | None) -> tuple[int, int, int, int]:
     if span is None:
         return TIMER_RESOLUTION, 0, 0, UNDEFINED_TIMESTAMP
     # The otf2 package stores the realtime as float seconds (the time of writing when the
@@ -74,8 +76,35 @@ def _clock(spec: ArchiveSpec) -> tuple[int, int, int, int]:
     return TIMER_RESOLUTION, span[0], span[1] - span[0], int(seconds * 1000000000)
 
 
-def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
+@dataclass
+class Written:
+    """A location whose events its rank wrote itself (:func:`write_events`) with its own
+    definition references: how many events, and the rank's references -> the archive's
+    (region ids, communicator indexes, metric channel indexes: ``regions[local]`` is the
+    archive's region index ...), written as OTF2 mapping tables into its local definitions."""
+
+    events: int
+    regions: np.ndarray
+    comms: np.ndarray
+    metrics: np.ndarray
+
+    def mappings(self) -> list[tuple[int, np.ndarray]]:
+        """(OTF2 MappingType value, local -> global reference) tables; metric channels map
+        to their MetricInstance references (2i + 1, see :func:`write`)."""
+        tables = [(MappingType.REGION.value, self.regions), (MappingType.COMM.value, self.comms),
+                  (MappingType.METRIC.value, 2 * np.asarray(self.metrics, dtype=np.uint64) + 1)]
+        return [(t, np.ascontiguousarray(m, dtype=np.uint64)) for t, m in tables if len(m)]
+
+
+def write(spec: ArchiveSpec, directory: Path, archive_name: str,
+          written: dict[tuple[int, int], Written] | None = None,
+          span: tuple[int, int] | None = None) -> int:
     """Write ``spec`` as ``directory/archive_name.otf2`` (+ .def, dir); return events written.
+
+    With ``written`` (per (rank, location index)), only the definitions are written: the
+    global ones, and each location's local ones (clock offsets, mapping tables); the event
+    files come from the ranks and the locations' records are ignored. ``span`` (first, last
+    reference time) then replaces the one computed from the records.
 
     Raises RuntimeError where the extension is not built, and the extension's ``Error`` when
     OTF2 fails (disk full, directory exists).
@@ -114,7 +143,12 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
                 main_of[rank.rank] = len(locations)
             placed[(rank.rank, loc.index)] = len(locations)
             otf2_type = OTF2_LOCATION_TYPE.get(loc.kind, LocationType.CPU_THREAD)
-            locations.append((s(loc.name), otf2_type.value, group, records, offsets))
+            done = None if written is None else written[(rank.rank, loc.index)]
+            if done is None:
+                locations.append((s(loc.name), otf2_type.value, group, records, offsets))
+            else:
+                locations.append((s(loc.name), otf2_type.value, group, records[:0], offsets, done.events,
+                                  done.mappings()))
             kinds.append(loc.kind)
     properties = [(ref, s("dltrace::kind"), s(kind)) for ref, kind in enumerate(kinds)]
     regions = [
@@ -146,10 +180,40 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
     if spec.comms:
         comms = [(s(name), i + 1, UNDEFINED, 0) for i, (name, _) in enumerate(spec.comms)]
 
+    clock = _clock(spec, time_span(spec) if written is None else span)
+    n = int(native.write_archive(
+        str(directory), archive_name, spec.creator, clock, s.items, nodes, groups, locations,
+        properties, regions, comm_groups, comms, list(range(len(comms))), _op_map(),
+        metric_members, metrics, [2 * i + 1 for i in range(len(metric_members))], written is not None))
+    return n if written is None else sum(w.events for w in written.values())
+
+
+def _op_map() -> bytes:
     op_map = bytearray([CollectiveOp.ALLREDUCE.value] * 256)
     for op, otf2_op in OTF2_OP.items():
         op_map[int(op)] = otf2_op.value
-    return int(native.write_archive(
-        str(directory), archive_name, spec.creator, _clock(spec), s.items, nodes, groups, locations,
-        properties, regions, comm_groups, comms, list(range(len(comms))), bytes(op_map),
-        metric_members, metrics, [2 * i + 1 for i in range(len(metric_members))]))
+    return bytes(op_map)
+
+
+def write_events(locations: list[LocationSpec], directory: Path, archive_name: str,
+                 n_comms: int, n_metrics: int) -> list[int]:
+    """One rank's event files: ``directory/archive_name/<i>.evt`` for ``locations[i]``, with the
+    records' own references (regions, communicators and metric channels numbered as the rank
+    defined them); the archive assembled later maps them through :class:`Written` tables.
+    Event files do not depend on the location reference, so they can be renamed into place.
+    ``n_comms`` and ``n_metrics``: how many communicators and metric channels the rank defined.
+    Returns the events written per location. (The archive's anchor and definitions written
+    here are placeholders.)"""
+    native = codec.native()
+    if native is None:
+        raise RuntimeError("the native OTF2 writer is not built")
+    arrays = [np.ascontiguousarray(loc.records) for loc in locations]
+    native.write_archive(
+        str(directory), archive_name, "dltrace (one rank's events)", (TIMER_RESOLUTION, 0, 0, 0), [""],
+        [], [], [(0, LocationType.CPU_THREAD.value, 0, a, []) for a in arrays], [], [], [], [],
+        list(range(n_comms)), _op_map(), [], [], list(range(n_metrics)))
+    return [int(np.isin(a["kind"], EVENT_KINDS).sum()) for a in arrays]
+
+
+# Record kinds the writers turn into OTF2 events (the others are the tracer's own).
+EVENT_KINDS = (Kind.ENTER, Kind.LEAVE, Kind.COLL_BEGIN, Kind.COLL_END, Kind.SEND, Kind.RECV, Kind.METRIC)

@@ -71,6 +71,12 @@ def write_archive(spec: ArchiveSpec, run_dir: Path, writer: str = "auto") -> Pat
         native_writer.write(spec, tmp, ARCHIVE_NAME)
     else:
         _write(spec, tmp)
+    return install(tmp, run_dir)
+
+
+def install(tmp: Path, run_dir: Path) -> Path:
+    """Move the archive written into ``tmp`` to ``run_dir`` (replacing one there), anchor
+    file last; return the anchor path."""
     for entry in (f"{ARCHIVE_NAME}.otf2", f"{ARCHIVE_NAME}.def", ARCHIVE_NAME):
         target = run_dir / entry
         if target.is_dir():

@@ -13,24 +13,26 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Build RUN/traces.otf2 from whatever per-rank files exist "
                        "(after a killed job, or ranks started by your own launcher).")
     p.add_argument("run_dir", type=Path, metavar="RUN")
+    p.add_argument("--merged", action="store_true",
+                   help="merge every rank's records in this process instead of assembling the archive "
+                        "from the ranks' own OTF2 event files (and converting the spill files of ranks "
+                        "that did not write theirs)")
     p.set_defaults(command=run)
 
 
 def run(ns: argparse.Namespace, argv: list[str]) -> int:
     from instrument.launch import runinfo
-    from instrument.scorep import merge as scorep_merge
+    from instrument.launch.job import build_archive
     from instrument.tracer import merge
-    from traceio.otf2_writer import write_archive
 
     if not ns.run_dir.is_dir():
         raise UsageError(f"run directory not found: {ns.run_dir}")
     info = runinfo.read(ns.run_dir)
-    collect = scorep_merge.collect if info.get("tracer") == "scorep" else merge.collect
     try:
-        result = collect(ns.run_dir, expected_ranks=info.get("ranks"))
+        result, archive = build_archive(ns.run_dir, info.get("ranks"), str(info.get("tracer") or "builtin"),
+                                        merged=ns.merged)
     except merge.MergeError as e:
         raise UsageError(str(e)) from None
-    archive = write_archive(result.spec, ns.run_dir)
     print(f"trace written: {archive}  ({len(result.ranks)} ranks, {result.events:,} events)"
           + ("" if result.complete else "  [incomplete]"))
     return 0

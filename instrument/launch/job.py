@@ -11,7 +11,9 @@ script with ``--tracer none``), in its own session so that signals reach it only
   SIGKILL. The exit status is non-zero and the message names the failed ranks.
 - Signals: SIGINT or SIGTERM to the launcher is forwarded to all ranks, which flush their
   traces; a second SIGINT kills them at once (their spill files stay).
-- Afterwards the per-rank files are merged into ``traces.otf2`` and ``run.json`` is written.
+- Afterwards ``traces.otf2`` is assembled from the ranks' own event files (converting the
+  spill files of ranks that could not write theirs: instrument/tracer/perrank.py), or merged
+  from every rank's spill file in this process, and ``run.json`` is written.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from instrument.launch import rank_env, rundir, runinfo
 from instrument.launch.options import LAUNCHERS, TRACERS
 from instrument.scorep import backend as scorep
 from instrument.scorep import merge as scorep_merge
-from instrument.tracer import merge
+from instrument.tracer import merge, perrank
 from instrument.tracer.clock import ClockServer
 from traceio.otf2_writer import write_archive
 
@@ -332,6 +334,21 @@ def run(config: LaunchConfig) -> LaunchResult:
     return _finish(config, run_dir, info, rank_exit, interrupted, order)
 
 
+def build_archive(run_dir: Path, expected_ranks: int | None, tracer: str,
+                  merged: bool = False) -> tuple[merge.MergeResult, Path]:
+    """The run's ``traces.otf2``: from the ranks' own event files (per-rank writing, the
+    default for our tracer where the codec is built), else by merging every rank's records in
+    this process (Score-P runs, ``merged``, ``DLTRACE_TRACE_WRITING=merged``). Raises
+    :class:`merge.MergeError` when there is nothing usable."""
+    if tracer == "scorep":
+        result = scorep_merge.collect(run_dir, expected_ranks=expected_ranks)
+    elif not merged and perrank.enabled():
+        return perrank.assemble(run_dir, expected_ranks)
+    else:
+        result = merge.collect(run_dir, expected_ranks=expected_ranks)
+    return result, write_archive(result.spec, run_dir)
+
+
 def _finish(
     config: LaunchConfig, run_dir: Path, info: dict[str, Any], rank_exit: dict[int, int | None],
     interrupted: str | None, exit_order: list[int],
@@ -340,10 +357,8 @@ def _finish(
     archive: Path | None = None
     merge_error = None
     if config.tracer != "none":
-        collect = scorep_merge.collect if config.tracer == "scorep" else merge.collect
         try:
-            result = collect(run_dir, expected_ranks=config.nprocs)
-            archive = write_archive(result.spec, run_dir)
+            result, archive = build_archive(run_dir, config.nprocs, config.tracer)
         except merge.MergeError as e:
             merge_error = str(e)
 

@@ -69,10 +69,12 @@ class MergeResult:
     spec: ArchiveSpec
     ranks: list[RankSummary] = field(default_factory=list)
     missing_ranks: list[int] = field(default_factory=list)
+    # per-rank writing: the ranks wrote the events, the spec holds only definitions
+    written_events: int | None = None
 
     @property
     def events(self) -> int:
-        return self.spec.event_count()
+        return self.spec.event_count() if self.written_events is None else self.written_events
 
     @property
     def complete(self) -> bool:

@@ -47,3 +47,8 @@ def test_overhead() -> None:
 def test_power_sampler() -> None:
     out = bench("bench.power_sampler", "--samples", "20")
     assert "CPU us/sample" in out and "% of a core" in out
+
+
+def test_perrank(tmp_path: Path) -> None:
+    out = bench("bench.perrank", "--events", "5k", "--ranks", "2", "--repeat", "1", "--cache", str(tmp_path))
+    assert "end step merged/per-rank" in out and "flush us" in out

@@ -115,8 +115,10 @@ PyObject *table_take(Table *t) {
 static PyMethodDef methods[] = {
     {"write_archive", native_write_archive, METH_VARARGS,
      "write_archive(directory, name, creator, clock, strings, nodes, groups, locations,\n"
-     "              location_properties, regions, comm_groups, comms, comm_refs, op_map)\n"
-     "Write an OTF2 archive; see instrument/native_writer.py for the argument layout."},
+     "              location_properties, regions, comm_groups, comms, comm_refs, op_map,\n"
+     "              metric_members, metrics, metric_refs[, defs_only])\n"
+     "Write an OTF2 archive (defs_only: only its definitions, with per-location event counts\n"
+     "and mapping tables); see traceio/native_writer.py for the argument layout."},
     {"replay_thread", native_replay_thread, METH_VARARGS,
      "replay_thread(records, loc, step, tail, discard, end_t, region_map, comm_map)\n"
      "    -> (records, steps, closed, bad)\n"

@@ -4,6 +4,10 @@
  * writer registers them for instrument/otf2_writer.py, so both writers give the same
  * references; this file only writes them, then translates records into OTF2 events the way
  * otf2_writer._write_events does. The event loop runs without the GIL.
+ *
+ * With defs_only (per-rank writing, instrument/tracer/perrank.py) no event file is written:
+ * each location comes with the number of events its rank wrote and the mapping tables from
+ * the rank's references to the archive's, which go into its local definitions.
  */
 #include "otf2native.h"
 
@@ -32,6 +36,7 @@ typedef struct {
     Offset *offsets;
     Py_ssize_t noffsets;
     uint64_t events;
+    PyObject *mappings; /* borrowed: [(OTF2_MappingType, uint64 buffer)] for its local defs */
 } Loc;
 
 typedef struct {
@@ -187,6 +192,36 @@ static int write_strings(OTF2_GlobalDefWriter *g, PyObject *strings, Py_ssize_t 
     return 0;
 }
 
+/* A location's mapping tables (local -> global references of the events its rank wrote with
+ * its own definitions), into its local definition file, as Score-P writes them. */
+static int write_mappings(OTF2_DefWriter *dw, PyObject *mappings) {
+    PyObject *seq = PySequence_Fast(mappings, "mapping tables");
+    if (seq == NULL)
+        return -1;
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq); k++) {
+        unsigned char type;
+        Py_buffer ids;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "by*", &type, &ids))
+            goto fail;
+        OTF2_IdMap *map = OTF2_IdMap_CreateFromUint64Array((uint64_t)(ids.len / sizeof(uint64_t)),
+                                                           ids.buf, false);
+        OTF2_ErrorCode rc = map == NULL ? OTF2_ERROR_MEM_ALLOC_FAILED
+                                        : OTF2_DefWriter_WriteMappingTable(dw, (OTF2_MappingType)type, map);
+        if (map != NULL)
+            OTF2_IdMap_Free(map);
+        PyBuffer_Release(&ids);
+        if (rc != OTF2_SUCCESS) {
+            PyErr_Format(Otf2NativeError, "cannot write a mapping table: %s", OTF2_Error_GetDescription(rc));
+            goto fail;
+        }
+    }
+    Py_DECREF(seq);
+    return 0;
+fail:
+    Py_DECREF(seq);
+    return -1;
+}
+
 #define STRINGS(...)                                                                           \
     do {                                                                                       \
         uint32_t refs_[] = {__VA_ARGS__};                                                      \
@@ -201,10 +236,11 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
     PyObject *strings, *nodes, *lgroups, *locations, *props, *regions, *groups, *comms;
     PyObject *comm_refs_obj, *members, *metrics, *metric_refs_obj;
     Py_buffer op_map = {0};
-    if (!PyArg_ParseTuple(args, "sss(KKKK)OOOOOOOOOy*OOO", &directory, &name, &creator,
+    int defs_only = 0; /* definitions only: the ranks wrote the event files themselves */
+    if (!PyArg_ParseTuple(args, "sss(KKKK)OOOOOOOOOy*OOO|p", &directory, &name, &creator,
                           &resolution, &global_offset, &length, &realtime, &strings, &nodes,
                           &lgroups, &locations, &props, &regions, &groups, &comms, &comm_refs_obj,
-                          &op_map, &members, &metrics, &metric_refs_obj))
+                          &op_map, &members, &metrics, &metric_refs_obj, &defs_only))
         return NULL;
     OTF2_Archive *archive = NULL;
     Loc *locs = NULL;
@@ -250,12 +286,15 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
             goto fail;
     }
     for (Py_ssize_t i = 0; i < nloc; i++) {
-        PyObject *recs, *offsets;
+        PyObject *recs, *offsets, *mappings = NULL;
         unsigned int lname, lgroup;
         unsigned char ltype;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(s_locs, i), "IbIOO", &lname, &ltype,
-                              &lgroup, &recs, &offsets))
+        unsigned long long given_events = 0;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(s_locs, i), "IbIOO|KO", &lname, &ltype,
+                              &lgroup, &recs, &offsets, &given_events, &mappings))
             goto fail;
+        locs[i].events = given_events; /* with defs_only: the count the rank wrote */
+        locs[i].mappings = mappings == Py_None ? NULL : mappings;
         locs[i].name = lname;
         locs[i].type = ltype;
         locs[i].group = lgroup;
@@ -270,7 +309,10 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
             goto fail;
     }
 
-    archive = OTF2_Archive_Open(directory, name, OTF2_FILEMODE_WRITE, EVENT_CHUNK, DEF_CHUNK,
+    /* definitions only: one small chunk per location (a def writer allocates and clears its
+     * whole chunk, 4 MiB each cost about 10 ms per location here) */
+    archive = OTF2_Archive_Open(directory, name, OTF2_FILEMODE_WRITE, EVENT_CHUNK,
+                                defs_only ? OTF2_CHUNK_SIZE_MIN : DEF_CHUNK,
                                 OTF2_SUBSTRATE_POSIX, OTF2_COMPRESSION_NONE);
     if (archive == NULL) {
         PyErr_Format(Otf2NativeError, "cannot create the OTF2 archive %s/%s", directory, name);
@@ -279,12 +321,36 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
     CHECK(OTF2_Archive_SetFlushCallbacks(archive, &flush_callbacks, NULL), "flush callbacks");
     CHECK(OTF2_Archive_SetSerialCollectiveCallbacks(archive), "collective callbacks");
     CHECK(OTF2_Archive_OpenDefFiles(archive), "cannot open the definition files");
-    CHECK(OTF2_Archive_OpenEvtFiles(archive), "cannot open the event files");
+    if (!defs_only)
+        CHECK(OTF2_Archive_OpenEvtFiles(archive), "cannot open the event files");
+    /* definitions only: each location's local definitions (mapping tables, clock offsets), one
+     * writer at a time, so that every writer reuses the memory of the one before */
+    for (Py_ssize_t i = 0; defs_only && i < nloc; i++) {
+        OTF2_DefWriter *dw = OTF2_Archive_GetDefWriter(archive, (OTF2_LocationRef)i);
+        if (dw == NULL) {
+            PyErr_Format(Otf2NativeError, "cannot open the definition writer of location %zd", i);
+            goto fail;
+        }
+        int bad = locs[i].mappings != NULL && write_mappings(dw, locs[i].mappings) < 0;
+        for (Py_ssize_t k = 0; k < locs[i].noffsets && !bad; k++) {
+            OTF2_ErrorCode rc = OTF2_DefWriter_WriteClockOffset(dw, locs[i].offsets[k].time,
+                                                                locs[i].offsets[k].offset,
+                                                                locs[i].offsets[k].stddev);
+            if (rc != OTF2_SUCCESS) {
+                PyErr_Format(Otf2NativeError, "cannot write a clock offset: %s",
+                             OTF2_Error_GetDescription(rc));
+                bad = 1;
+            }
+        }
+        OTF2_Archive_CloseDefWriter(archive, dw);
+        if (bad)
+            goto fail;
+    }
 
     EventContext ctx = {comm_refs, ncomm_refs, op_map.buf, metric_refs, nmetric_refs, {0}};
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < nloc && !failed; i++) {
+    for (Py_ssize_t i = 0; i < nloc && !failed && !defs_only; i++) {
         Loc *l = &locs[i];
         OTF2_DefWriter *dw = OTF2_Archive_GetDefWriter(archive, (OTF2_LocationRef)i);
         OTF2_EvtWriter *ew = OTF2_Archive_GetEvtWriter(archive, (OTF2_LocationRef)i);
@@ -313,7 +379,8 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
         PyErr_SetString(Otf2NativeError, ctx.error);
         goto fail;
     }
-    CHECK(OTF2_Archive_CloseEvtFiles(archive), "cannot close the event files");
+    if (!defs_only)
+        CHECK(OTF2_Archive_CloseEvtFiles(archive), "cannot close the event files");
     CHECK(OTF2_Archive_CloseDefFiles(archive), "cannot close the definition files");
 
     OTF2_GlobalDefWriter *g = OTF2_Archive_GetGlobalDefWriter(archive);
