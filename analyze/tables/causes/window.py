@@ -141,10 +141,14 @@ def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[st
 
 
 def _collectives(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFrame:
-    """The collectives overlapping [t0, t1]; for those that waited, ``cause_rank``: the
-    member whose arrival ended the wait (the lowest rank if several arrived at once)."""
+    """The host's collectives (not those on accelerator streams) overlapping [t0, t1]; for
+    those that waited, ``cause_rank``: the member whose arrival ended the wait (the lowest
+    rank if several arrived at once, on any location)."""
     return con.execute("""
-        WITH w AS (SELECT * FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi),
+        WITH w AS (SELECT * FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi
+                   -- kernels on accelerator streams are the device's view (device_phases), as
+                   -- in the phase model's sweep: the host's tables leave them out
+                   AND location_id NOT IN (SELECT location_id FROM locations WHERE kind = 'accelerator_stream')),
         cause AS (
             SELECT w.rank, w.comm_id, w.seq, min(c.rank) AS cause_rank
             FROM w JOIN collectives c ON c.comm_id = w.comm_id AND c.seq = w.seq
