@@ -149,3 +149,15 @@ def test_steps_with_nothing_inside_and_a_rank_with_fewer_steps(tmp_path: Path) -
     assert mismatches(db) == {"idle": [], "exposed": [], "path": []}
     assert db.execute("SELECT count(*) FROM step_balance").fetchall() == [(3,)]
     assert_views_work(db)
+
+
+def test_timeline_names_accelerator_streams_as_such(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
+    # each rank's NCCL kernels run on two streams of its GPU (84 and 203: 8 and 2 kernels),
+    # drawn under the main thread's regions; the host has no communication lane
+    from analyze.views import region_lanes
+
+    db = kineto_db("hta_sampled_2rank")
+    ((t0, t1),) = db.execute("SELECT min(start_ns), max(end_ns) FROM steps").fetchall()
+    lanes = region_lanes(db, t0, t1)
+    assert sorted(set(zip(lanes["rank"], lanes["label"], strict=True)) - {(0, ""), (1, "")}) == [
+        (r, label) for r in (0, 1) for label in ("device stream 0", "device stream 1", "regions")]
