@@ -487,16 +487,17 @@ class CauseKind(StrEnum):
 
 OVERLAP = _t(
     "overlap", "Per rank, step and kind of communication (a collective's op, p2p, and all): "
-    "communication time and how much of it the main thread's compute hid. exposed_ns of kind "
+    "the host's communication time and how much of it the main thread's compute hid (collective "
+    "kernels on accelerator streams are the device's view: device_phases). exposed_ns of kind "
     "all equals the step's allreduce + other_comm + idle phases (plus communication under "
     "measurement overhead, which the phase model calls other).",
     ("rank", "INTEGER", "rank"),
     ("step", "INTEGER", "step"),
     ("kind", "VARCHAR", "the collective's op (allreduce, bcast, ...; a collective region without a "
-     "record is allreduce if its name says so, as in phases, else other; other too for a collective of unknown op, e.g. a Kineto kernel without args), "
-     "p2p (messages), or all"),
+     "record, or a wait known by a name pattern, is allreduce if its name or pattern says so, as in "
+     "phases, else other; other too for a collective of unknown op), p2p (messages), or all"),
     ("calls", "BIGINT", "operations of this kind starting in the step"),
-    ("comm_ns", "BIGINT", "wall time with at least one operation of the kind in flight, any location"),
+    ("comm_ns", "BIGINT", "wall time with at least one operation of the kind in flight, on any host location"),
     ("busy_ns", "BIGINT", "operation time summed over concurrent operations (all lanes)"),
     ("hidden_ns", "BIGINT", "part of comm_ns the phase model counts as compute (asynchronous, under "
      "forward/backward/optimizer/data loading, not waited for)"),

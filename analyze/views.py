@@ -172,10 +172,11 @@ def region_lanes(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFra
     - lane 1, ``regions``: the main thread's data loading, forward, backward, optimizer,
       waits for communication and user regions (``fill`` is the region's category; user
       covers Score-P's ``user:`` regions and, in our own traces, ``instrument.region``);
-    - lanes 2..: each communication lane (or one row for them all past
-      :data:`MAX_COMM_LANES`), every asynchronous collective (DDP bucket, Horovod reduction)
-      as ``fill`` allreduce or other_comm, and its waiting for the last rank as ``waiting``
-      (``part`` wait).
+    - lanes 2..: each communication lane, then each accelerator stream with collective
+      kernels (the device's view, device_phases; or one row for them all past
+      :data:`MAX_COMM_LANES`), every asynchronous collective (DDP bucket, Horovod reduction,
+      NCCL kernel) as ``fill`` allreduce or other_comm, and its waiting for the last rank as
+      ``waiting`` (``part`` wait).
 
     Columns: rank, lane, label, start_ms, end_ms (from ``t0``), fill, part (region, op,
     wait), depth (nested regions are drawn over their parents).
@@ -193,12 +194,18 @@ def region_lanes(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFra
     """, {"lo": t0, "hi": t1}).df()
     comm = con.execute("""
         WITH c AS (SELECT * FROM collectives WHERE is_async AND leave_ns > $lo AND enter_ns < $hi),
-        lanes AS (SELECT rank, location_id, dense_rank() OVER (PARTITION BY rank ORDER BY location_id) - 1 AS k,
+        lanes AS (SELECT rank, location_id, device,
+                         -- the host's lanes first, then accelerator streams (a Kineto trace's
+                         -- NCCL kernels, or --device-activity's), each numbered from 0
+                         dense_rank() OVER (PARTITION BY rank ORDER BY device, location_id) - 1 AS k,
+                         dense_rank() OVER (PARTITION BY rank, device ORDER BY location_id) - 1 AS kk,
                          -- the most lanes of any rank, so every rank gets the same rows
                          (SELECT max(n) FROM (SELECT count(DISTINCT location_id) AS n FROM c GROUP BY rank)) AS n
-                  FROM (SELECT DISTINCT rank, location_id FROM c))
+                  FROM (SELECT DISTINCT c.rank, c.location_id, l.kind = 'accelerator_stream' AS device
+                        FROM c JOIN locations l USING (location_id)))
         SELECT c.rank, CASE WHEN n > $most THEN 2 ELSE 2 + k END AS lane,
-               CASE WHEN n > $most THEN 'comm lanes' ELSE 'comm lane ' || k END AS label,
+               CASE WHEN n > $most THEN 'comm lanes' WHEN device THEN 'device stream ' || kk
+                    ELSE 'comm lane ' || kk END AS label,
                c.enter_ns AS start_ns, c.leave_ns AS end_ns,
                CASE WHEN c.op = 'allreduce' THEN 'allreduce' ELSE 'other_comm' END AS fill,
                'op' AS part, 0 AS depth

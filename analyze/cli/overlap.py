@@ -22,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Per rank and kind of communication (each collective op, p2p, all): mean time "
         "per step with communication in flight on any lane, the part hidden under compute, the "
         "exposed part, and the overlap ratio over the run (the overlap table, per step, is in "
-        "RUN/trace.duckdb).")
+        "RUN/trace.duckdb); for traces with accelerator streams, also the device's communication "
+        "kernels hidden under compute kernels (device_phases).")
     add_run_arguments(p)
     p.set_defaults(command=run)
 
@@ -36,8 +37,13 @@ def run(ns: argparse.Namespace) -> int:
     paths = database.build(ns.run, force=ns.force, step_region=ns.step_region, causes=True)
     with duckdb.connect(str(paths.db), read_only=True) as con:
         table = views.overlap_summary(con)
+        device = views.device_overlap_summary(con)
     print(table.to_string(index=False, na_rep="-"))
     print("ms per step (mean over steps); comm: wall time with communication in flight; busy: summed "
           "over lanes; overlap = hidden / comm")
+    if len(device):
+        # the table above is the host's: communication kernels on accelerator streams are not in it
+        print("\non the accelerators (device_phases: communication kernels, hidden under compute kernels):")
+        print(device.to_string(index=False, na_rep="-"))
     print(f"database: {display(paths.db)}")
     return 0

@@ -41,7 +41,12 @@ class Side:
 
 
 def _is_run(path: Path) -> bool:
-    return path.is_file() and path.suffix == ".otf2" or path.is_dir() and any(path.glob("*.otf2"))
+    """A trace ``analyze phases`` reads: an OTF2 archive, or Kineto / Chrome trace JSON."""
+    try:
+        database.resolve(path)
+    except AnalyzeError:
+        return False
+    return True
 
 
 def side(spec: str | Path) -> Side:
@@ -89,11 +94,12 @@ def per_step(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
             ASOF JOIN st ON i.rank = st.rank AND i.start_ns >= st.start_ns
             WHERE i.start_ns < st.end_ns
             UNION ALL
-            SELECT 'collective', c.op, st.step, c.leave_ns - c.enter_ns
+            -- a kernel whose operation neither args nor name say (op NULL) is 'other', as in overlap
+            SELECT 'collective', coalesce(c.op, 'other'), st.step, c.leave_ns - c.enter_ns
             FROM collectives c ASOF JOIN st ON c.rank = st.rank AND c.enter_ns >= st.start_ns
             WHERE c.enter_ns < st.end_ns
             UNION ALL
-            SELECT 'collective', c.op || ' wait', st.step, c.wait_ns
+            SELECT 'collective', coalesce(c.op, 'other') || ' wait', st.step, c.wait_ns
             FROM collectives c ASOF JOIN st ON c.rank = st.rank AND c.enter_ns >= st.start_ns
             WHERE c.enter_ns < st.end_ns
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -78,3 +79,15 @@ def test_welch_interval() -> None:
     d, lo, hi = diff.welch(np.array([1.0, 2.0, 3.0]), np.array([2.0, 3.0, 4.0]))
     # equal variances 1, n 3: se = sqrt(2/3), dof 4, t(0.975; 4) = 2.776
     assert d == 1.0 and hi - d == pytest.approx(2.7764 * np.sqrt(2 / 3), rel=1e-4) and lo == pytest.approx(2 - hi)
+
+
+def test_kineto_traces_with_unnamed_kernels(tmp_path: Path) -> None:
+    # a directory of per-rank Kineto JSON is a run like an OTF2 archive; 10 of its NCCL kernels
+    # a rank name no operation (collectives.op NULL), which the diff calls "other"
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "kineto" / "hta_sampled_2rank"
+    a = shutil.copytree(fixture, tmp_path / "a")
+    b = shutil.copytree(fixture, tmp_path / "b")
+    assert diff.side(a).runs == [a]
+    table, _, _ = diff.diff(a, b)
+    assert ("collective", "other") in set(zip(table["kind"], table["name"], strict=True))
+    assert (table["delta_ms"] == 0).all()  # the same trace on both sides

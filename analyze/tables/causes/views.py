@@ -9,7 +9,7 @@ from __future__ import annotations
 import duckdb
 import pandas as pd
 
-from analyze.schema import CauseKind
+from analyze.schema import CauseKind, DevicePhase
 
 
 def step_ranges(steps: list[int], most: int = 4) -> str:
@@ -66,6 +66,23 @@ def overlap_summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                round(sum(hidden_ns) / nullif(sum(comm_ns), 0), 3) AS overlap
         FROM overlap GROUP BY rank, kind
         ORDER BY rank, kind = 'all' DESC, kind
+    """).df()
+
+
+def device_overlap_summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Per rank, the device's view (device_phases; empty without accelerator streams): mean ms
+    per step of communication kernels, the part overlapped by compute kernels, the exposed
+    part and the overlap ratio over the run (Holistic Trace Analysis's comm/comp overlap)."""
+    return con.execute(f"""
+        WITH s AS (
+            SELECT rank, step, sum(duration_ns) FILTER (WHERE phase = '{DevicePhase.COMM_HIDDEN}') AS hidden,
+                   sum(duration_ns) FILTER (WHERE phase = '{DevicePhase.COMM_EXPOSED}') AS exposed
+            FROM device_phases GROUP BY rank, step
+        )
+        SELECT rank, count(*) AS steps, round(avg(coalesce(hidden, 0) + coalesce(exposed, 0)) / 1e6, 3) AS comm_ms,
+               round(avg(coalesce(hidden, 0)) / 1e6, 3) AS hidden_ms, round(avg(coalesce(exposed, 0)) / 1e6, 3) AS exposed_ms,
+               round(sum(hidden) / nullif(sum(coalesce(hidden, 0) + coalesce(exposed, 0)), 0), 3) AS overlap
+        FROM s GROUP BY rank HAVING sum(coalesce(hidden, 0) + coalesce(exposed, 0)) > 0 ORDER BY rank
     """).df()
 
 

@@ -24,7 +24,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from analyze.schema import Category
+from analyze.schema import Category, Rule
 from analyze.tables import phases
 
 WINDOW_INTERVALS = 2_000_000  # main-thread intervals per window (as phases.WINDOW_SEGMENTS)
@@ -111,9 +111,13 @@ def sync_start(rank_window: RankWindow | None, steps: StepIndex, rank: int, t: n
 
 
 # Main-thread interval kinds, worked out in SQL so that only integers reach Python. A
-# collective region without a collective record is named as the phase model names it.
+# collective region without a collective record is named as the phase model names it; a wait
+# recognized by a name pattern (oneCCL's event::wait, LBANN's wait) is communication there
+# (allreduce or other_comm by regions.pattern_op), a wait known otherwise is not.
 OTHER_KIND, COLLECTIVE_KIND, ALLREDUCE_NAMED_KIND, P2P_KIND, WAIT_KIND, PER_SAMPLE_KIND = range(6)
-BLOCKING_KINDS = (COLLECTIVE_KIND, ALLREDUCE_NAMED_KIND, P2P_KIND, WAIT_KIND)
+NAMED_WAIT_ALLREDUCE_KIND, NAMED_WAIT_OTHER_KIND = 6, 7
+BLOCKING_KINDS = (COLLECTIVE_KIND, ALLREDUCE_NAMED_KIND, P2P_KIND, WAIT_KIND, NAMED_WAIT_ALLREDUCE_KIND,
+                  NAMED_WAIT_OTHER_KIND)
 
 
 def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[str, np.ndarray]:
@@ -123,10 +127,14 @@ def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[st
     got = con.execute(f"""
         WITH kinds AS (
             SELECT region_id,
-                   CASE WHEN category = '{Category.COLLECTIVE}' AND lower(replace(name, '_', '')) LIKE '%allreduce%'
+                   CASE WHEN category = '{Category.COLLECTIVE}' AND coalesce(
+                               pattern_op = 'allreduce', lower(replace(name, '_', '')) LIKE '%allreduce%')
                           THEN {ALLREDUCE_NAMED_KIND}
                         WHEN category = '{Category.COLLECTIVE}' THEN {COLLECTIVE_KIND}
                         WHEN category = '{Category.P2P}' THEN {P2P_KIND}
+                        WHEN category = '{Category.WAIT}' AND rule = '{Rule.PATTERN}' THEN
+                          CASE WHEN pattern_op = 'allreduce' THEN {NAMED_WAIT_ALLREDUCE_KIND}
+                               ELSE {NAMED_WAIT_OTHER_KIND} END
                         WHEN category = '{Category.WAIT}' THEN {WAIT_KIND}
                         WHEN category IN {listed(PER_SAMPLE)} THEN {PER_SAMPLE_KIND}
                         ELSE {OTHER_KIND} END AS kind
@@ -141,10 +149,14 @@ def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[st
 
 
 def _collectives(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFrame:
-    """The collectives overlapping [t0, t1]; for those that waited, ``cause_rank``: the
-    member whose arrival ended the wait (the lowest rank if several arrived at once)."""
+    """The host's collectives (not those on accelerator streams) overlapping [t0, t1]; for
+    those that waited, ``cause_rank``: the member whose arrival ended the wait (the lowest
+    rank if several arrived at once, on any location)."""
     return con.execute("""
-        WITH w AS (SELECT * FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi),
+        WITH w AS (SELECT * FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi
+                   -- kernels on accelerator streams are the device's view (device_phases), as
+                   -- in the phase model's sweep: the host's tables leave them out
+                   AND location_id NOT IN (SELECT location_id FROM locations WHERE kind = 'accelerator_stream')),
         cause AS (
             SELECT w.rank, w.comm_id, w.seq, min(c.rank) AS cause_rank
             FROM w JOIN collectives c ON c.comm_id = w.comm_id AND c.seq = w.seq
@@ -170,8 +182,10 @@ def _p2p_waits(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFrame
 def _comm(main: dict[str, np.ndarray], colls: pd.DataFrame) -> pd.DataFrame:
     """Communication intervals with their kind (the collective's op, or p2p): every
     collective (synchronous or on a lane) and the main thread's communication regions that
-    carry no collective record (messages, MPI_Wait, a Score-P user region named allreduce)."""
-    comm_region = np.isin(main["kind"], (COLLECTIVE_KIND, ALLREDUCE_NAMED_KIND, P2P_KIND))
+    carry no collective record (messages, MPI_Wait, a Score-P user region named allreduce, a wait
+    recognized by its name)."""
+    comm_region = np.isin(main["kind"], (COLLECTIVE_KIND, ALLREDUCE_NAMED_KIND, P2P_KIND, NAMED_WAIT_ALLREDUCE_KIND,
+                                         NAMED_WAIT_OTHER_KIND))
     sync = colls[~colls["is_async"].astype(bool)]
     # a main thread is one location per rank, so (rank, instance number) names an instance
     rank, idx = main["rank"][comm_region], main["idx"][comm_region]
@@ -183,8 +197,9 @@ def _comm(main: dict[str, np.ndarray], colls: pd.DataFrame) -> pd.DataFrame:
                       "end": colls["leave_ns"].to_numpy(np.int64), "kind": colls["op"].fillna("other").to_numpy(object)}),
         pd.DataFrame({"rank": rank[bare], "start": main["start_ns"][comm_region][bare],
                       "end": main["end_ns"][comm_region][bare],
-                      "kind": np.select([kind == P2P_KIND, kind == ALLREDUCE_NAMED_KIND], ["p2p", "allreduce"],
-                                        "other").astype(object)}),
+                      "kind": np.select([kind == P2P_KIND, np.isin(kind, (ALLREDUCE_NAMED_KIND,
+                                                                           NAMED_WAIT_ALLREDUCE_KIND))],
+                                        ["p2p", "allreduce"], "other").astype(object)}),
     ], ignore_index=True)
 
 

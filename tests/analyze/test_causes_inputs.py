@@ -1,0 +1,183 @@
+"""The cause tables on inputs this project did not write, and on odd shapes of input.
+
+Every real fixture (Score-P archives of other projects, Kineto traces of public tools) and
+literal traces of name-only collectives (issue 20's patterns), one rank, no step markers and
+steps with nothing inside: the tables build without error and agree with ``analyze phases``
+(idle attributed to causes sums to the idle phase, the exposed communication is the phases'
+communication and idle, the critical path's regions add up to its length), and the views
+the CLI and the report print from them work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import pytest
+
+import analyze
+from analyze.tables.causes import views
+from tests.analyze.test_frameworks import STEP, lbann_steps
+from tests.literal import write_literal
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+SCOREP = sorted(p.name for p in (FIXTURES / "scorep").iterdir() if (p / "traces.otf2").exists())
+KINETO = sorted(p.name for p in (FIXTURES / "kineto").iterdir() if p.is_dir())
+MS = 1_000_000
+
+
+def mismatches(db: duckdb.DuckDBPyConnection) -> dict[str, list]:
+    """Rows where the cause tables disagree with the phases (empty lists when they agree)."""
+    return {
+        "idle": db.execute("""
+            SELECT p.rank, p.step, p.duration_ns, d.ns FROM phases p
+            LEFT JOIN (SELECT rank, step, sum(idle_ns) AS ns FROM delays GROUP BY ALL) d USING (rank, step)
+            WHERE p.phase = 'idle' AND p.duration_ns <> coalesce(d.ns, 0)""").fetchall(),
+        "exposed": db.execute("""
+            SELECT s.rank, s.step, o.exposed_ns, p.ns FROM steps s
+            LEFT JOIN (SELECT * FROM overlap WHERE kind = 'all') o USING (rank, step)
+            LEFT JOIN (SELECT rank, step, sum(duration_ns) FILTER (WHERE phase IN ('allreduce', 'other_comm', 'idle'))
+                              AS ns FROM phases GROUP BY ALL) p USING (rank, step)
+            WHERE o.exposed_ns IS DISTINCT FROM p.ns""").fetchall(),
+        # a step of length 0 has a path of no stretches
+        "path": db.execute("""
+            SELECT s.step, s.duration_ns, r.ns FROM step_balance s
+            LEFT JOIN (SELECT step, sum(duration_ns) AS ns FROM critical_path_regions GROUP BY step) r USING (step)
+            WHERE coalesce(r.ns, 0) <> s.duration_ns""").fetchall(),
+    }
+
+
+def assert_views_work(db: duckdb.DuckDBPyConnection) -> None:
+    """What analyze causes / overlap / critical-path and the report pages read."""
+    views.delay_lines(db)
+    views.overlap_summary(db)
+    views.device_overlap_summary(db)
+    views.critical_path_summary(db)
+    views.path_contributions(db)
+    views.overlap_steps(db)
+    views.cause_steps(db)
+    views.path_steps(db)
+
+
+@pytest.mark.parametrize("name", SCOREP)
+def test_scorep_fixtures_agree_with_the_phases(name: str, tmp_path: Path) -> None:
+    db = analyze.open(FIXTURES / "scorep" / name, db=tmp_path / "t.duckdb")
+    assert mismatches(db) == {"idle": [], "exposed": [], "path": []}
+    assert_views_work(db)
+
+
+# A Chrome trace's slice that only partly overlaps the one before it is kept as its sibling
+# (analyze/readers/kineto.py): 56 such slices in this trace, one of them a profiler.step call
+# that starts 11.5 us before ProfilerStep#15 ends. Region times then count that overlap twice
+# (the step's exclusive time and the sibling's subtree), so the path's regions exceed its
+# length by 10-18 us a step; idle and exposed time are unaffected.
+PARTIAL_OVERLAPS = {"tracelens_mi300_rccl"}
+
+
+@pytest.mark.parametrize("name", KINETO)
+def test_kineto_fixtures_agree_with_the_phases(name: str,
+                                               kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
+    db = kineto_db(name)
+    found = mismatches(db)
+    assert found["idle"] == [] and found["exposed"] == []
+    # NCCL/RCCL kernels on accelerator streams are the device's view (device_phases): the
+    # host's overlap table has no communication where the host's phases have none
+    host_comm = db.execute("""SELECT count(*) FROM collectives c JOIN locations l USING (location_id)
+                              WHERE l.kind <> 'accelerator_stream'""").fetchall()[0][0]
+    if host_comm == 0:
+        assert db.execute("SELECT max(comm_ns) FROM overlap").fetchall() == [(0,)]
+    assert_views_work(db)
+    if name in PARTIAL_OVERLAPS:
+        assert found["path"], "the known double count is gone: drop the PARTIAL_OVERLAPS entry"
+        pytest.xfail("critical-path regions count a Chrome trace's partly overlapping siblings twice")
+    assert found["path"] == []
+
+
+def build(tmp_path: Path, items: list, **options: object) -> duckdb.DuckDBPyConnection:
+    write_literal(tmp_path / "run", items)
+    return analyze.open(tmp_path / "run", **options)
+
+
+def test_name_only_collectives_are_waited_for_and_caused(tmp_path: Path) -> None:
+    # LBANN's allreduce known by its name only: rank 1 reaches it 10 ms after rank 0 at both
+    # steps, having spent those 10 ms in the step's own code (the training loop's region)
+    db = build(tmp_path, lbann_steps(record=False), step_region=STEP)
+    assert mismatches(db) == {"idle": [], "exposed": [], "path": []}
+    assert db.execute("""SELECT rank, step, cause_rank, cause_kind, cause_region, sum(idle_ns) FROM delays
+                         GROUP BY ALL ORDER BY step""").fetchall() == [
+        (0, 0, 1, "region", STEP, 10 * MS), (0, 1, 1, "region", STEP, 10 * MS)]
+    assert db.execute("""SELECT rank, sum(comm_ns), sum(hidden_ns) FROM overlap WHERE kind = 'allreduce'
+                         GROUP BY rank ORDER BY rank""").fetchall() == [(0, 60 * MS, 0), (1, 40 * MS, 0)]
+    assert_views_work(db)
+
+
+def test_a_named_wait_is_exposed_allreduce(tmp_path: Path) -> None:
+    # oneCCL: a non-blocking allreduce started for 1 ms and waited for 20 ms (the wait's
+    # region takes the operation of the library's starts, regions.pattern_op)
+    items = []
+    for rank in (0, 1):
+        items += [(rank, "train_step()", 0, 100 * MS),
+                  (rank, "ccl::v1::event ccl::v1::allreduce(void const*, void*, unsigned long, ccl::v1::datatype, "
+                   "ccl::v1::reduction, ccl::v1::communicator const&, ccl::v1::stream const&, "
+                   "ccl::v1::allreduce_attr const&, std::vector<ccl::v1::event, std::allocator<ccl::v1::event> > "
+                   "const&)", 40 * MS, 41 * MS),
+                  (rank, "ccl::v1::event::wait()", 60 * MS, 80 * MS)]
+    db = build(tmp_path, items, step_region="train_step()")
+    assert mismatches(db) == {"idle": [], "exposed": [], "path": []}
+    assert_views_work(db)
+
+
+def test_one_rank_without_step_markers(tmp_path: Path) -> None:
+    # no step region: one step, the whole run; one rank: nobody to wait for or be caused by
+    db = build(tmp_path, [(0, "main", 0, 50 * MS), (0, "MPI_Barrier", 10 * MS, 12 * MS, {"op": "barrier"}),
+                          (0, "MPI_Allreduce", 20 * MS, 25 * MS, {"op": "allreduce", "bytes": 8})])
+    assert db.execute("SELECT source, count(*) FROM steps GROUP BY ALL").fetchall() == [("whole_run", 1)]
+    assert mismatches(db) == {"idle": [], "exposed": [], "path": []}
+    assert db.execute("SELECT count(*) FROM delays").fetchall() == [(0,)]
+    assert db.execute("SELECT kind, comm_ns FROM overlap ORDER BY kind").fetchall() == [
+        ("all", 7 * MS), ("allreduce", 5 * MS), ("barrier", 2 * MS)]
+    assert db.execute("SELECT step, duration_ns, path_ranks FROM step_balance").fetchall() == [(0, 50 * MS, 1)]
+    assert_views_work(db)
+
+
+def test_steps_with_nothing_inside_and_a_rank_with_fewer_steps(tmp_path: Path) -> None:
+    # rank 0: three empty steps; rank 1: two, with an allreduce rank 0 never joins (unmatched)
+    items = [(0, "dltrace.step", s * 10 * MS, (s * 10 + 5) * MS) for s in range(3)]
+    items += [(1, "dltrace.step", s * 10 * MS, (s * 10 + 5) * MS) for s in range(2)]
+    items += [(1, "MPI_Allreduce", 1 * MS, 2 * MS, {"op": "allreduce", "bytes": 8})]
+    db = build(tmp_path, items)
+    assert mismatches(db) == {"idle": [], "exposed": [], "path": []}
+    assert db.execute("SELECT count(*) FROM step_balance").fetchall() == [(3,)]
+    assert_views_work(db)
+
+
+def test_timeline_names_accelerator_streams_as_such(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
+    # each rank's NCCL kernels run on two streams of its GPU (84 and 203: 8 and 2 kernels),
+    # drawn under the main thread's regions; the host has no communication lane
+    from analyze.views import region_lanes
+
+    db = kineto_db("hta_sampled_2rank")
+    ((t0, t1),) = db.execute("SELECT min(start_ns), max(end_ns) FROM steps").fetchall()
+    lanes = region_lanes(db, t0, t1)
+    assert sorted(set(zip(lanes["rank"], lanes["label"], strict=True)) - {(0, ""), (1, "")}) == [
+        (r, label) for r in (0, 1) for label in ("device stream 0", "device stream 1", "regions")]
+
+
+def test_a_step_of_length_zero_and_markers_on_one_rank_only(tmp_path: Path) -> None:
+    ar = {"op": "allreduce", "bytes": 8}
+    # step 1 lasts 0 ns on both ranks, and so does the allreduce at step 0
+    items = [(r, "dltrace.step", s * 10 * MS, s * 10 * MS + (0 if s == 1 else 5 * MS)) for r in (0, 1) for s in range(3)]
+    db = build(tmp_path / "zero", items + [(r, "MPI_Allreduce", 2 * MS, 2 * MS, ar) for r in (0, 1)])
+    assert mismatches(db) == {"idle": [], "exposed": [], "path": []}
+    assert db.execute("SELECT step, duration_ns FROM step_balance ORDER BY step").fetchall() == [
+        (0, 5 * MS), (1, 0), (2, 5 * MS)]
+    # rank 1 has no step markers, so no step to compare regions in: its 15 ms late arrival
+    # is a late start of its (empty) synchronization interval
+    db = build(tmp_path / "one", [(0, "dltrace.step", 0, 50 * MS), (0, "MPI_Allreduce", 10 * MS, 30 * MS, ar),
+                                  (1, "main", 0, 50 * MS), (1, "dltrace.forward", 1 * MS, 25 * MS),
+                                  (1, "MPI_Allreduce", 25 * MS, 30 * MS, ar)])
+    assert mismatches(db) == {"idle": [], "exposed": [], "path": []}
+    assert db.execute("SELECT cause_rank, cause_kind, idle_ns FROM delay_totals").fetchall() == [
+        (1, "late_start", 15 * MS)]
+    assert_views_work(db)
