@@ -7,22 +7,26 @@ beside our tracer (:mod:`instrument.hooks.device_activity`). The rules, from the
 themselves (tests/fixtures/kineto/README.md has real examples):
 
 - Tracks: GPU activity (``cat`` ``kernel`` or ``gpu_*``: ``gpu_memcpy``, ``gpu_memset``,
-  ``gpu_user_annotation``) sits on ``pid`` = device index, ``tid`` = stream: an accelerator
-  stream. Tracks with an integer ``pid`` >= 0 are CPU threads; the rest (``pid`` "Spans",
+  ``gpu_user_annotation``; also ``cuda_sync``) sits on ``pid`` = device index, ``tid`` = stream
+  (-1: the device itself): an accelerator stream. Tracks with an integer ``pid`` >= 0 are CPU threads; the rest (``pid`` "Spans",
   Kineto's own ``overhead`` on ``pid`` -1) are timelines.
-- The main thread holds the ``ProfilerStep#N`` annotations; without them it is the thread whose
+- The main thread holds the ``ProfilerStep#N`` annotations (or our ``dltrace.step`` markers, in
+  our traces exported per rank); without them it is the thread whose
   id is the process id (Linux's main thread), else the busiest CPU thread.
 - A collective kernel is a ``kernel`` named ``nccl...`` or ``rccl...`` (``ncclKernel_*``,
   ``ncclDevKernel_*``, RCCL's names). Its operation comes from ``args["Collective name"]``,
   else from the kernel name (``AllReduce``, ``AllGather``...); ``SendRecv`` (NCCL's grouped
   point-to-point, used for all_to_all and send/recv) and RCCL's ``Generic`` say nothing: None.
+- Args of a collective kernel: its own, completed by those of the ``record_param_comms`` CPU op
+  with its External id.
 - Bytes: ``In msg nelems`` (``Out msg nelems``) x the size of ``dtype``; None when an arg is
   missing or the dtype is unknown.
 - Process group: ``Process Group Name`` with ``Process Group Ranks`` (a string "[0, 1]"), or
   the ranks of that group in ``distributedInfo.pg_config``; without a name, None (the caller
   uses a default group of all ranks).
 - Launch correlation: a device slice and the CPU slice (a runtime call) with the same
-  ``args.correlation``; where a device slice has none, the ``ac2g`` flow whose finish (``f``)
+  ``args.correlation``; where a device slice has none, the ``ac2g`` flow (older: ``async_gpu``,
+  ``async_cpu_to_gpu``, ``async``) whose finish (``f``)
   sits at its start and whose start (``s``) sits at the start of a CPU slice.
 """
 
@@ -39,7 +43,8 @@ ACCELERATOR_STREAM = "accelerator_stream"
 CPU_THREAD = "cpu_thread"
 TIMELINE = "timeline"
 
-STEP_NAME = re.compile(r"ProfilerStep#\d+")
+# the profiler's step annotations, and our own step marker (in our traces exported per rank)
+STEP_NAME = re.compile(r"ProfilerStep#\d+|dltrace\.step")
 # launch flows: ac2g (PyTorch 1.10+), async_cpu_to_gpu / async_gpu and async "launch" (older)
 FLOW_CATS = ("ac2g", "async_cpu_to_gpu", "async_gpu", "async")
 MEMORY_CATS = ("gpu_memcpy", "gpu_memset", "memcpy", "memset")

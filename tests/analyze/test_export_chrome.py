@@ -147,6 +147,27 @@ def test_metrics_as_counters(tmp_path: Path) -> None:
     assert not any(e["ph"] == "C" for f in files for e in load(f)["traceEvents"])
 
 
+def test_our_steps_survive_the_per_rank_layout(tmp_path: Path) -> None:
+    """Our trace written per rank and read back: the main thread is the one with our step
+    markers (not the busiest thread, here an imported profiler timeline), so the steps are
+    the same."""
+    ms = 1_000_000
+    items: list[tuple] = []
+    for rank in (0, 1):
+        for k in range(3):
+            items += [(rank, "dltrace.step", k * 10 * ms, (k + 1) * 10 * ms),
+                      (rank, "dltrace.forward", k * 10 * ms + ms, k * 10 * ms + 5 * ms)]
+        items += [(rank, f"aten::op{j}", j * ms, j * ms + ms // 2, {"timeline": "torch.profiler thread 1"})
+                  for j in range(20)]
+    con = analyze.open(write_literal(tmp_path / "run", items), db=tmp_path / "t.duckdb")
+    export.export(con, tmp_path / "per-rank")
+    again = analyze.open(tmp_path / "per-rank", db=tmp_path / "again.duckdb")
+    steps = "SELECT rank, step, start_ns - min(start_ns) OVER (), duration_ns, source FROM steps ORDER BY ALL"
+    assert again.execute(steps).fetchall() == con.execute(steps).fetchall()
+    assert len(again.execute(steps).fetchall()) == 6
+    assert again.execute("SELECT DISTINCT name FROM locations WHERE is_main").fetchall() == [("main thread",)]
+
+
 def test_papi_counters_of_a_scorep_trace(tmp_path: Path) -> None:
     """Score-P's PAPI counters (tests/fixtures/scorep-metrics, facts.json there: 42 Metric events
     per location, each with the 3 members, ACCUMULATED_START) as counters of their rank."""
