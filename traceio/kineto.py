@@ -7,22 +7,26 @@ beside our tracer (:mod:`instrument.hooks.device_activity`). The rules, from the
 themselves (tests/fixtures/kineto/README.md has real examples):
 
 - Tracks: GPU activity (``cat`` ``kernel`` or ``gpu_*``: ``gpu_memcpy``, ``gpu_memset``,
-  ``gpu_user_annotation``) sits on ``pid`` = device index, ``tid`` = stream: an accelerator
-  stream. Tracks with an integer ``pid`` >= 0 are CPU threads; the rest (``pid`` "Spans",
+  ``gpu_user_annotation``; also ``cuda_sync``) sits on ``pid`` = device index, ``tid`` = stream
+  (-1: the device itself): an accelerator stream. Tracks with an integer ``pid`` >= 0 are CPU threads; the rest (``pid`` "Spans",
   Kineto's own ``overhead`` on ``pid`` -1) are timelines.
-- The main thread holds the ``ProfilerStep#N`` annotations; without them it is the thread whose
+- The main thread holds the ``ProfilerStep#N`` annotations (or our ``dltrace.step`` markers, in
+  our traces exported per rank); without them it is the thread whose
   id is the process id (Linux's main thread), else the busiest CPU thread.
 - A collective kernel is a ``kernel`` named ``nccl...`` or ``rccl...`` (``ncclKernel_*``,
   ``ncclDevKernel_*``, RCCL's names). Its operation comes from ``args["Collective name"]``,
   else from the kernel name (``AllReduce``, ``AllGather``...); ``SendRecv`` (NCCL's grouped
   point-to-point, used for all_to_all and send/recv) and RCCL's ``Generic`` say nothing: None.
+- Args of a collective kernel: its own, completed by those of the ``record_param_comms`` CPU op
+  with its External id.
 - Bytes: ``In msg nelems`` (``Out msg nelems``) x the size of ``dtype``; None when an arg is
   missing or the dtype is unknown.
 - Process group: ``Process Group Name`` with ``Process Group Ranks`` (a string "[0, 1]"), or
   the ranks of that group in ``distributedInfo.pg_config``; without a name, None (the caller
   uses a default group of all ranks).
 - Launch correlation: a device slice and the CPU slice (a runtime call) with the same
-  ``args.correlation``; where a device slice has none, the ``ac2g`` flow whose finish (``f``)
+  ``args.correlation``; where a device slice has none, the ``ac2g`` flow (older: ``async_gpu``,
+  ``async_cpu_to_gpu``, ``async``) whose finish (``f``)
   sits at its start and whose start (``s``) sits at the start of a CPU slice.
 """
 
@@ -39,7 +43,10 @@ ACCELERATOR_STREAM = "accelerator_stream"
 CPU_THREAD = "cpu_thread"
 TIMELINE = "timeline"
 
-STEP_NAME = re.compile(r"ProfilerStep#\d+")
+# the profiler's step annotations, and our own step marker (in our traces exported per rank)
+STEP_NAME = re.compile(r"ProfilerStep#\d+|dltrace\.step")
+# launch flows: ac2g (PyTorch 1.10+), async_cpu_to_gpu / async_gpu and async "launch" (older)
+FLOW_CATS = ("ac2g", "async_cpu_to_gpu", "async_gpu", "async")
 MEMORY_CATS = ("gpu_memcpy", "gpu_memset", "memcpy", "memset")
 KERNEL_CAT = "kernel"
 
@@ -65,7 +72,11 @@ _OPS = {
     "alltoall": "alltoall", "alltoallbase": "alltoall", "alltoallsingle": "alltoall",
     "gather": "gather", "scatter": "scatter", "barrier": "barrier",
 }
-_KERNEL_OP = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+# ncclKernel_AllReduce_RING_LL_Sum_float (NCCL 2.7-2.18), ncclDevKernel_AllGather_RING_LL (2.19+,
+# RCCL), and any other ``nccl...Kernel_<Op>``; older NCCL (2.4-2.6): ncclAllReduceRingLLKernel_sum_f32
+_KERNEL_OP = re.compile(r"^(?:nccl|rccl)[A-Za-z]*?Kernel_([A-Za-z]+)", re.IGNORECASE)
+_OLD_KERNEL_OP = re.compile(r"^(?:nccl|rccl)(AllReduce|AllGather|ReduceScatter|Broadcast|Reduce|AllToAll|"
+                            r"Gather|Scatter|SendRecv)[A-Z]")
 _ROLE_OF_OP = {"bcast": "coll_one2all", "scatter": "coll_one2all", "reduce": "coll_all2one",
                "gather": "coll_all2one", "barrier": "barrier"}
 
@@ -76,9 +87,11 @@ def _cat(s: Slice) -> str:
 
 
 def is_device(s: Slice) -> bool:
-    """GPU activity: kernels, memory copies and sets, GPU-side annotations."""
+    """An event on the GPU's timeline: kernels, memory copies and sets, GPU-side annotations,
+    and CUDA's synchronization records (``cuda_sync``: Stream Sync, Event Sync, Context Sync,
+    on the stream or on ``tid`` -1 of the device; they are not activity)."""
     c = _cat(s)
-    return c == KERNEL_CAT or c.startswith("gpu_") or c in ("memcpy", "memset")
+    return c == KERNEL_CAT or c.startswith("gpu_") or c in ("memcpy", "memset", "cuda_sync")
 
 
 def is_kernel(s: Slice) -> bool:
@@ -93,15 +106,56 @@ def is_collective_kernel(s: Slice) -> bool:
     return is_kernel(s) and s.name[:4].lower() in ("nccl", "rccl")
 
 
-def collective_op(s: Slice) -> str | None:
-    """OTF2's name of the operation a collective kernel performs, or None if unknown."""
-    name = (s.args or {}).get("Collective name")
+def collective_op(s: Slice, args: dict[str, Any] | None = None) -> str | None:
+    """OTF2's name of the operation a collective kernel performs, or None if unknown; from
+    ``args`` (default the kernel's own, see :func:`collective_args`), else its name."""
+    name = ((s.args if args is None else args) or {}).get("Collective name")
     if isinstance(name, str):
         op = _OPS.get(re.sub(r"[^a-z]", "", name.lower()))
         if op is not None or name.lower() in ("send", "recv", "sendrecv"):
             return op
-    m = _KERNEL_OP.match(s.name)
-    return _OPS.get(m.group(1).lower()) if m else None
+    for pattern in (_KERNEL_OP, _OLD_KERNEL_OP):
+        m = pattern.match(s.name)
+        if m and m.group(1).lower() in _OPS:
+            return _OPS[m.group(1).lower()]
+    return None
+
+
+PARAM_COMMS = "record_param_comms"
+COLLECTIVE_KEYS = ("Collective name", "dtype", "In msg nelems", "Out msg nelems", "Group size",
+                   "Process Group Name", "Process Group Description", "Process Group Ranks",
+                   "Global rank start", "Global rank stride")
+
+
+def _external_id(args: dict[str, Any] | None) -> Any:
+    args = args or {}
+    return args.get("External id", args.get("external id"))
+
+
+def param_comms(trace: ChromeTrace) -> dict[Any, dict[str, Any]]:
+    """External id -> the collective args of the CPU op ``record_param_comms`` with that id
+    (c10d records them there; Kineto copies them onto the NCCL kernel it launches only when
+    all of name, counts, group size and dtype are known, and older versions never do)."""
+    out: dict[Any, dict[str, Any]] = {}
+    for s in trace.slices:
+        if s.name == PARAM_COMMS and s.args and not is_device(s):
+            found = {k: s.args[k] for k in COLLECTIVE_KEYS if k in s.args}
+            ext = _external_id(s.args)
+            if found and ext is not None:
+                out.setdefault(ext, found)
+    return out
+
+
+def collective_args(s: Slice, comms: dict[Any, dict[str, Any]]) -> tuple[dict[str, Any], bool]:
+    """The args a collective kernel is read with: its own, completed by those of the
+    ``record_param_comms`` op with its External id (:func:`param_comms`); and whether any
+    came from there."""
+    own = s.args or {}
+    cpu = comms.get(_external_id(own)) if comms else None
+    if not cpu:
+        return own, False
+    extra = {k: v for k, v in cpu.items() if k not in own}
+    return ({**own, **extra}, True) if extra else (own, False)
 
 
 def payload(args: dict[str, Any] | None) -> tuple[int | None, int | None]:
@@ -144,6 +198,10 @@ def process_group(args: dict[str, Any] | None, dist_info: dict[str, Any]) -> tup
             if isinstance(pg, dict) and str(pg.get("pg_name")) == str(name):
                 members = parse_ranks(pg.get("ranks"))
                 break
+    if members is None:  # c10d's record_param_comms: a strided group
+        start, stride, size = (_int(args.get(k)) for k in ("Global rank start", "Global rank stride", "Group size"))
+        if start is not None and stride is not None and size is not None and size > 0:
+            members = [start + i * stride for i in range(size)]
     if members is None:
         return None
     desc = args.get("Process Group Description")
@@ -244,7 +302,7 @@ def tracks(trace: ChromeTrace) -> tuple[list[Track], int]:
     if stepped:
         main = min(stepped, key=lambda k: (-steps[k], _order(k)))
     else:
-        pool = [k for k in cpu if k[0] == k[1]] or cpu
+        pool = [k for k in cpu if str(k[0]) == str(k[1])] or cpu  # (1.8: tid as a string)
         main = min(pool, key=lambda k: (-len(by_track[k]), _order(k)), default=None)
     rank_of_kind = {CPU_THREAD: 0, TIMELINE: 1, ACCELERATOR_STREAM: 2}
     keys = sorted(by_track, key=lambda k: (k != main, rank_of_kind[kind(k)], _order(k)))
@@ -252,8 +310,9 @@ def tracks(trace: ChromeTrace) -> tuple[list[Track], int]:
     overlaps = 0
     for key in keys:
         k = kind(key)
-        if k == ACCELERATOR_STREAM:
-            name = f"GPU {key[0]} stream {key[1]}"
+        if k == ACCELERATOR_STREAM:  # PyTorch 1.8 wrote tid "stream 7"
+            stream = key[1][7:] if isinstance(key[1], str) and key[1].startswith("stream ") else key[1]
+            name = f"GPU {key[0]} stream {stream}"
         elif key in threads:
             name = threads[key]
         elif k == CPU_THREAD:
@@ -290,13 +349,13 @@ def correlations(trace: ChromeTrace, device_slices: Iterable[int],
         c = (s.args or {}).get("correlation")
         if c is not None and c not in launch_of:
             launch_of[c] = i
-        cpu_at.setdefault((s.pid, s.tid, s.start_ns), i)
+        cpu_at.setdefault((str(s.pid), str(s.tid), s.start_ns), i)  # (1.8: tid int here, string there)
     flow_start: dict[Any, tuple[Any, Any, int]] = {}
     flow_end: dict[tuple[Any, Any, int], Any] = {}
     for e in trace.other:
-        if e.get("cat") != "ac2g" or not isinstance(e.get("ts"), int | float):
+        if e.get("cat") not in FLOW_CATS or not isinstance(e.get("ts"), int | float):
             continue
-        where = (e.get("pid"), e.get("tid"), trace.base_ns + to_ns(e["ts"]))
+        where = (str(e.get("pid")), str(e.get("tid")), trace.base_ns + to_ns(e["ts"]))
         if e.get("ph") == "s":
             flow_start[e.get("id")] = where
         elif e.get("ph") == "f":
@@ -311,7 +370,7 @@ def correlations(trace: ChromeTrace, device_slices: Iterable[int],
         if c is not None and c in launch_of:
             out.append((launch_of[c], i, _id(c), "correlation"))
             continue
-        fid = flow_end.get((s.pid, s.tid, s.start_ns))
+        fid = flow_end.get((str(s.pid), str(s.tid), s.start_ns))
         at = flow_start.get(fid) if fid is not None else None
         if at is not None and at in cpu_at:
             out.append((cpu_at[at], i, _id(fid), "flow"))

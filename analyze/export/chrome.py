@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -142,16 +142,49 @@ def _step_args(con: duckdb.DuckDBPyConnection) -> dict[tuple[int, int], dict[str
     return out
 
 
-def _metrics(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, float]]:
-    """(rank, metric, time_ns, value) from a ``metrics`` table, if the run has one with such columns."""
-    cols = {c for (c,) in con.execute(
-        "SELECT column_name FROM information_schema.columns WHERE table_name = 'metrics'").fetchall()}
-    time = next((c for c in ("time_ns", "start_ns", "t_ns") if c in cols), None)
-    name = next((c for c in ("metric", "name", "metric_name") if c in cols), None)
-    if not cols or time is None or name is None or "value" not in cols or "rank" not in cols:
-        return []
-    return [(int(r), str(m), int(t), float(v)) for r, m, t, v in con.execute(
-        f"SELECT rank, {name}, {time}, value FROM metrics WHERE value IS NOT NULL ORDER BY rank, {time}").fetchall()]
+def _series_names(con: duckdb.DuckDBPyConnection) -> dict[tuple[int, int, int], str]:
+    """(rank, channel, location) -> the counter's name: the member with its unit (``#`` is
+    none), made unique within the rank by the channel's scope, then its location, then its id
+    (Score-P writes one ``HIP Memory`` per HIP context, for instance)."""
+    rows = con.execute("""
+        SELECT DISTINCT m.rank, m.channel_id, m.location_id, c.name, c.unit, c.scope_name, l.name
+        FROM metrics m JOIN metric_channels c USING (channel_id) JOIN locations l USING (location_id)
+        WHERE m.rank IS NOT NULL ORDER BY ALL""").fetchall()
+    names = {(r, ch, loc): f"{name} [{unit}]" if unit and unit != "#" else str(name)
+             for r, ch, loc, name, unit, _, _ in rows}
+    for pick in (lambda scope, loc, ch: scope, lambda scope, loc, ch: loc, lambda scope, loc, ch: f"#{ch}"):
+        seen: Counter[tuple[int, str]] = Counter((k[0], n) for k, n in names.items())
+        for r, ch, loc, _, _, scope, loc_name in rows:
+            key = (r, ch, loc)
+            extra = pick(scope, loc_name, ch)
+            if seen[(r, names[key])] > 1 and extra:
+                names[key] = f"{names[key]} ({extra})"
+    return names
+
+
+def _counters(con: duckdb.DuckDBPyConnection, origin: int, base: int) -> list[dict[str, Any]]:
+    """Every metric sample as a counter event (``ph`` C) of its rank's process, one counter per
+    channel and recording location; and each energy or power series' mean power between two
+    samples (the ``power`` table) as a counter ``<name> (power, W)``, set at the earlier sample."""
+    names = _series_names(con)
+    out: list[dict[str, Any]] = []
+    cur = con.execute("""SELECT rank, channel_id, location_id, time_ns, value FROM metrics
+                         WHERE rank IS NOT NULL AND value IS NOT NULL ORDER BY rank, channel_id, location_id, time_ns""")
+    while rows := cur.fetchmany(50_000):
+        for rank, ch, loc, t, value in rows:
+            out.append({"ph": "C", "cat": "dltrace.metric", "name": names[(rank, ch, loc)], "pid": rank,
+                        "ts": chrome.us(origin + t - base), "args": {"value": value}})
+    cur = con.execute("""
+        SELECT l.rank, p.channel_id, p.location_id, p.start_ns, p.power_w
+        FROM power p JOIN locations l USING (location_id)
+        WHERE l.rank IS NOT NULL AND p.power_w IS NOT NULL ORDER BY ALL""")
+    while rows := cur.fetchmany(50_000):
+        for rank, ch, loc, t, watts in rows:
+            name = names.get((rank, ch, loc))
+            if name is not None:
+                out.append({"ph": "C", "cat": "dltrace.power", "name": f"{name} (power, W)", "pid": rank,
+                            "ts": chrome.us(origin + t - base), "args": {"value": watts}})
+    return out
 
 
 # -- merged: one file, one process per rank --------------------------------------------
@@ -170,6 +203,8 @@ def merged(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any], list[dict[st
             events += [_meta("process_name", rank, 0, name=f"rank {rank}"),
                        _meta("process_sort_index", rank, 0, sort_index=rank)]
         steps_tid[rank] = max(steps_tid.get(rank, 0), int(loc["thread"]) + 1)
+        if loc["kind"] == "metric":
+            continue  # its samples are the process's counters, not a thread's slices
         events += [_meta("thread_name", rank, int(loc["thread"]), name=str(loc["name"])),
                    _meta("thread_sort_index", rank, int(loc["thread"]), sort_index=int(loc["thread"]))]
     kinds = {loc["location_id"]: loc["kind"] for loc in locations}
@@ -198,9 +233,7 @@ def merged(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any], list[dict[st
                        "ts": chrome.us(origin + lstart - base)})
         events.append({"ph": "f", "id": n, "cat": "ac2g", "name": "ac2g", "bp": "e", "pid": rank,
                        "tid": tid_of[dloc][1], "ts": chrome.us(origin + dstart - base)})
-    for rank, metric, t, value in _metrics(con):
-        events.append({"ph": "C", "name": metric, "pid": rank, "ts": chrome.us(origin + t - base),
-                       "args": {metric: value}})
+    events += _counters(con, origin, base)
     header = {"displayTimeUnit": "ms", "baseTimeNanoseconds": base,
               "otherData": {"exported_by": "dltrace analyze export", "run": run_name, "ranks": ranks_n}}
     return header, events

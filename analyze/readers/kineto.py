@@ -103,7 +103,8 @@ def trace_files(path: Path) -> list[Path]:
 
 def _ranks(heads: list[tuple[Path, dict[str, Any]]]) -> tuple[list[int], str]:
     given = [(h.get("distributedInfo") or {}).get("rank") for _, h in heads]
-    ranks = [r for r in given if isinstance(r, int) and not isinstance(r, bool)]
+    ranks = [int(r) for r in given  # (an integer, or its digits in some writers)
+             if isinstance(r, str) and r.isdigit() or isinstance(r, int) and not isinstance(r, bool)]
     if len(ranks) == len(heads):
         seen: dict[int, Path] = {}
         for r, (path, _) in zip(ranks, heads, strict=True):
@@ -189,6 +190,7 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
         t = chrome.load(f)
         lay = _layout(t, rank, defs, counts)
         info = t.header.get("distributedInfo") or {}
+        comms_args = kineto.param_comms(t)
         iv: list[tuple] = []
         coll: list[tuple] = []
         ev: list[tuple] = []
@@ -197,7 +199,9 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
             for pos, i in enumerate(track.slices):
                 s = t.slices[i]
                 is_coll = device and kineto.is_collective_kernel(s)
-                op = kineto.collective_op(s) if is_coll else None
+                args, from_cpu = kineto.collective_args(s, comms_args) if is_coll else (s.args, False)
+                counts["collective_kernels_with_args_of_record_param_comms"] += from_cpu
+                op = kineto.collective_op(s, args) if is_coll else None
                 key = (s.name, kineto.role(s, op))
                 rid = regions.get(key)
                 if rid is None:
@@ -207,7 +211,7 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                            s.start_ns - off, s.end_ns - off, s.truncated))
                 ev.append((loc, pos, s.cat, _json(s.args), _json(s.extra)))
                 if is_coll:
-                    group = kineto.process_group(s.args, info)
+                    group = kineto.process_group(args, info)
                     if group is None:
                         counts["collective_kernels_in_default_group"] += 1
                         group = (DEFAULT_GROUP, default)
@@ -215,7 +219,7 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                     if gkey not in comms:
                         comms[gkey] = len(defs.comms)
                         defs.comms.append(CommDef(comm_id=comms[gkey], name=gkey[0], members=list(gkey[1])))
-                    coll.append(_collective(s, op, loc, rank, pos, comms[gkey], off, counts))
+                    coll.append(_collective(s, args, op, loc, rank, pos, comms[gkey], off, counts))
         device_slices = [i for tr in lay.tracks if tr.kind == kineto.ACCELERATOR_STREAM for i in tr.slices]
         cpu = [i for tr in lay.tracks if tr.kind != kineto.ACCELERATOR_STREAM for i in tr.slices]
         pairs, missing = kineto.correlations(t, device_slices, cpu)
@@ -248,12 +252,12 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                     t.events, stats if last else None, tables=tables)
 
 
-def _collective(s: chrome.Slice, op: str | None, loc: int, rank: int, pos: int, comm: int, off: int,
-                counts: Counter[str]) -> tuple:
-    sent, recv = kineto.payload(s.args)
+def _collective(s: chrome.Slice, args: dict[str, Any] | None, op: str | None, loc: int, rank: int, pos: int,
+                comm: int, off: int, counts: Counter[str]) -> tuple:
+    sent, recv = kineto.payload(args)
     if sent is None:
         counts["collective_kernels_without_bytes"] += 1
-        dtype = (s.args or {}).get("dtype")
+        dtype = (args or {}).get("dtype")
         if dtype is not None and dtype not in kineto.DTYPE_BYTES:
             counts[f"unknown_dtype:{dtype}"] += 1
     if op is None:

@@ -206,6 +206,7 @@ class _Importer:
     def __init__(self, rec: Recorder, trace: ChromeTrace, offset_ns: int, world: int):
         self.rec, self.trace, self.offset, self.world = rec, trace, offset_ns, world
         self.info = trace.header.get("distributedInfo") or {}
+        self.comms = kineto.param_comms(trace)
         self.rids: dict[tuple[str, str], int] = {}
         self.counts = {"slices": 0, "kernels": 0, "collectives": 0, "streams": 0, "threads": 0,
                        "extra_lanes": 0}
@@ -224,7 +225,8 @@ class _Importer:
                 lane = (self.rec.named_loc(base if not lanes else f"{base} ({len(lanes) + 1})", kind), [])
                 lanes.append(lane)
             coll = device and kineto.is_collective_kernel(s)
-            key = (s.name, kineto.role(s, kineto.collective_op(s) if coll else None))
+            op = kineto.collective_op(s, kineto.collective_args(s, self.comms)[0]) if coll else None
+            key = (s.name, kineto.role(s, op))
             rid = self.rids.get(key)
             if rid is None:
                 rid = self.rids[key] = self.rec.region_id(s.name, Role(key[1]))
@@ -254,10 +256,11 @@ class _Importer:
         if not o.collective:
             self.rec.leave_on(lane[0], o.rid, o.end)
             return
-        group = kineto.process_group(o.slice.args, self.info) or (DEFAULT_GROUP, list(range(self.world)))
+        args = kineto.collective_args(o.slice, self.comms)[0]
+        group = kineto.process_group(args, self.info) or (DEFAULT_GROUP, list(range(self.world)))
         comm = self.rec.comm_id(f"device {group[0]}", tuple(group[1]))
-        sent, recv = kineto.payload(o.slice.args)
-        op = OPS.get(kineto.collective_op(o.slice) or "", Op.ALLTOALLV)
+        sent, recv = kineto.payload(args)
+        op = OPS.get(kineto.collective_op(o.slice, args) or "", Op.ALLTOALLV)
         self.rec.collective_interval(lane[0], o.rid, o.start, o.end, comm, op, -1, sent or 0, recv or 0)
 
 

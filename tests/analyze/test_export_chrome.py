@@ -18,8 +18,10 @@ import pytest
 import analyze
 from analyze.export import chrome as export
 from analyze.schema import TABLES
-from tests.analyze.test_kineto import FACTS, hta_oracle, two_ranks
+from tests.analyze.conftest import KINETO_FIXTURES
+from tests.analyze.test_kineto import FACTS, OTHER_LAYOUTS, hta_oracle, two_ranks
 from tests.conftest import ROOT, Run
+from tests.literal import write_literal
 
 US = 1000
 
@@ -34,12 +36,12 @@ def tables(con: duckdb.DuckDBPyConnection) -> dict[str, list[tuple[Any, ...]]]:
     return out
 
 
-@pytest.mark.parametrize("name", FACTS)
+@pytest.mark.parametrize("name", [*FACTS, *OTHER_LAYOUTS])
 def test_import_export_import_gives_identical_tables(
         name: str, kineto_db: Callable[[str], duckdb.DuckDBPyConnection], tmp_path: Path) -> None:
     original = kineto_db(name)
     files = export.export(original, tmp_path / "export")
-    assert len(files) == len(FACTS[name][0])  # one file per rank
+    assert len(files) == len(list((KINETO_FIXTURES / name).iterdir()))  # one file per rank
     again = analyze.open(tmp_path / "export", db=tmp_path / "again.duckdb")
     a, b = tables(original), tables(again)
     for table in a:
@@ -108,6 +110,82 @@ def test_merged_file_of_a_literal_trace(tmp_path: Path) -> None:
     t0 = steps[0]["ts"]
     assert [(ph, tid, round(ts - t0, 3)) for ph, tid, ts in flows] == [
         ("s", 0, 21), ("f", 1, 25), ("s", 0, 55), ("f", 1, 60)]
+
+
+def counters(doc: dict[str, Any]) -> dict[tuple[int, str], list[tuple[float, float]]]:
+    """(pid, counter name) -> [(ts, value)] of the file's counter events, in file order."""
+    out: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    for e in doc["traceEvents"]:
+        if e["ph"] == "C":
+            assert list(e["args"]) == ["value"]
+            out.setdefault((e["pid"], e["name"]), []).append((e["ts"], e["args"]["value"]))
+    return out
+
+
+def test_metrics_as_counters(tmp_path: Path) -> None:
+    """Samples as the power sampler writes them (uJ counters on a METRIC location): every
+    sample a counter event of its rank, in J, and the mean power between samples beside it."""
+    ms = 1_000_000
+    anchor = write_literal(tmp_path / "run", [(0, "dltrace.step", 0, 100 * ms), (1, "dltrace.step", 0, 100 * ms)],
+                           metrics=[
+        # the host's package, recorded by rank 0: 2 J per 50 ms = 40 W, then 3 J = 60 W
+        {"name": "cpu_package 0 energy", "samples": [(0, 7_000_000), (50 * ms, 9_000_000), (100 * ms, 12_000_000)]},
+        # a GPU charged to rank 1 and recorded there: 10 J in 100 ms = 100 W
+        {"name": "gpu 0 energy", "rank": 1, "recorder": 1, "samples": [(0, 0), (100 * ms, 10_000_000)]}])
+    con = analyze.open(anchor, db=tmp_path / "t.duckdb")
+    (path,) = export.export(con, tmp_path / "out.json.gz")
+    doc = load(path)
+    assert counters(doc) == {
+        (0, "cpu_package 0 energy [J]"): [(0, 7.0), (50_000, 9.0), (100_000, 12.0)],
+        (0, "cpu_package 0 energy [J] (power, W)"): [(0, pytest.approx(40.0)), (50_000, pytest.approx(60.0))],
+        (1, "gpu 0 energy [J]"): [(0, 0.0), (100_000, 10.0)],
+        (1, "gpu 0 energy [J] (power, W)"): [(0, pytest.approx(100.0))]}
+    # the METRIC locations hold no slices: no empty thread tracks for them
+    assert tracks(doc) == {0: ("rank 0", ["main thread", "steps"]), 1: ("rank 1", ["main thread", "steps"])}
+    # the per-rank (Kineto) layout is for HTA, which reads slices only: no counters there
+    files = export.export(con, tmp_path / "per-rank")
+    assert not any(e["ph"] == "C" for f in files for e in load(f)["traceEvents"])
+
+
+def test_our_steps_survive_the_per_rank_layout(tmp_path: Path) -> None:
+    """Our trace written per rank and read back: the main thread is the one with our step
+    markers (not the busiest thread, here an imported profiler timeline), so the steps are
+    the same."""
+    ms = 1_000_000
+    items: list[tuple] = []
+    for rank in (0, 1):
+        for k in range(3):
+            items += [(rank, "dltrace.step", k * 10 * ms, (k + 1) * 10 * ms),
+                      (rank, "dltrace.forward", k * 10 * ms + ms, k * 10 * ms + 5 * ms)]
+        items += [(rank, f"aten::op{j}", j * ms, j * ms + ms // 2, {"timeline": "torch.profiler thread 1"})
+                  for j in range(20)]
+    con = analyze.open(write_literal(tmp_path / "run", items), db=tmp_path / "t.duckdb")
+    export.export(con, tmp_path / "per-rank")
+    again = analyze.open(tmp_path / "per-rank", db=tmp_path / "again.duckdb")
+    steps = "SELECT rank, step, start_ns - min(start_ns) OVER (), duration_ns, source FROM steps ORDER BY ALL"
+    assert again.execute(steps).fetchall() == con.execute(steps).fetchall()
+    assert len(again.execute(steps).fetchall()) == 6
+    assert again.execute("SELECT DISTINCT name FROM locations WHERE is_main").fetchall() == [("main thread",)]
+
+
+def test_papi_counters_of_a_scorep_trace(tmp_path: Path) -> None:
+    """Score-P's PAPI counters (tests/fixtures/scorep-metrics, facts.json there: 42 Metric events
+    per location, each with the 3 members, ACCUMULATED_START) as counters of their rank."""
+    fixture = ROOT / "tests" / "fixtures" / "scorep-metrics"
+    facts = json.loads((fixture / "facts.json").read_text())["pipit-pingpong-papi"]
+    con = analyze.open(fixture / "pipit-pingpong-papi", db=tmp_path / "p.duckdb")
+    (path,) = export.export(con, tmp_path / "p.json.gz")
+    got = counters(load(path))
+    clock = facts["clock"]
+    expected = {}
+    for member, sample in facts["metric_samples"].items():
+        for loc, by in sample["by_location"].items():  # location i is rank i's master thread
+            first, last = by["first"], by["last"]
+            expected[(int(loc), member)] = (by["events"], first["value"], last["value"],
+                                            (first["time"] - clock["global_offset"]) / clock["timer_resolution"] * 1e6)
+    assert {k: (len(v), v[0][1], v[-1][1], v[0][0]) for k, v in got.items()} == {
+        k: (n, first, last, pytest.approx(t, abs=1e-3)) for k, (n, first, last, t) in expected.items()}
+    assert sum(map(len, got.values())) == 84 * 3  # facts: metric_events_total x members
 
 
 def test_export_of_a_scorep_trace_both_layouts(scorep_fixtures: Path, tmp_path: Path) -> None:

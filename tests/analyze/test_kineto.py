@@ -14,9 +14,9 @@ import pytest
 
 import analyze
 from analyze.errors import AnalyzeError
-from analyze.tables.device_phases import _union, device_breakdown, split
+from analyze.tables.device_phases import _union, device_activity, device_breakdown, split
 from tests.analyze.conftest import KINETO_FIXTURES
-from tests.kineto_literal import cpu, kernel, launch, memcpy, nccl, step, write_rank
+from tests.kineto_literal import NCCL_STREAM, cpu, kernel, launch, memcpy, nccl, step, write_rank
 
 US = 1000
 DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -127,6 +127,98 @@ def test_nesting_partial_overlaps_begin_end_pairs_and_what_is_counted(tmp_path: 
     assert notes["chrome_other_events"] == "2"
     other = json.loads(con.execute("SELECT other_events FROM chrome_files").fetchone()[0])
     assert [e["name"] for e in other] == ["instant", "process_name"]
+
+
+@pytest.mark.parametrize(("kernel", "op"), [
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", "allreduce"),  # NCCL 2.7-2.18
+    ("ncclDevKernel_AllGather_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "allgather"),  # 2.19+
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", "reduce_scatter"),
+    ("ncclAllReduceRingLLKernel_sum_f32(CollectiveArgs)", "allreduce"),  # NCCL 2.4-2.6
+    ("ncclBroadcastRingLLKernel_copy_i8(CollectiveArgs)", "bcast"),
+    ("ncclReduceScatterRingLLKernel_sum_f16", "reduce_scatter"),
+    ("ncclKernel_SendRecv_RING_SIMPLE_Sum_int8_t(ncclWorkElem)", None),  # point-to-point: says nothing
+    ("ncclDevKernel_Generic_4(ncclDevKernelArgsStorage<4096ul>)", None),  # RCCL
+])
+def test_collective_operation_from_kernel_names_of_every_nccl_generation(kernel: str, op: str | None) -> None:
+    from traceio.chrome import Slice
+    from traceio.kineto import collective_op, is_collective_kernel
+
+    s = Slice(0, 7, kernel, "Kernel", 0, 1)  # (early Kineto wrote "Kernel")
+    assert is_collective_kernel(s) and collective_op(s) == op
+
+
+def test_kernel_without_args_takes_those_of_its_record_param_comms_op(tmp_path: Path) -> None:
+    """Kineto copies the collective's args from c10d's ``record_param_comms`` CPU op onto the
+    NCCL kernel only when all of them are known (and older versions never did): a kernel
+    without them is read with those of the op with its External id; its own args win."""
+    comms = {"External id": 42, "Collective name": "allreduce", "dtype": "BFloat16", "In msg nelems": 512,
+             "Out msg nelems": 512, "Group size": 2, "Process Group Name": "0", "Global rank start": 0,
+             "Global rank stride": 1}
+    for rank in (0, 1):
+        write_rank(tmp_path / "run", rank, [
+            step(1, 0, 100), cpu("record_param_comms", 10, 20, **comms), launch(12, 14, correlation=7),
+            {**nccl("allreduce", 30, 60, name="ncclKernel_AllReduce_RING_LL_Sum_bf16(ncclWorkElem)"),
+             "args": {"stream": NCCL_STREAM, "correlation": 7, "External id": 42}},
+            {**nccl("allreduce", 70, 80), "args": {"stream": NCCL_STREAM, "External id": 43}}])  # no such op
+    con = analyze.open(tmp_path / "run", db=tmp_path / "t.duckdb")
+    rows = con.execute("""SELECT c.rank, c.op, c.bytes_sent, c.bytes_recv, m.name, m.members, c.ranks_matched
+                          FROM collectives c JOIN communicators m USING (comm_id) ORDER BY c.rank, c.interval_idx""")
+    # 512 BFloat16 = 1024 B; the group from Global rank start/stride and Group size; the second
+    # kernel has neither args nor an op to take them from: bytes unknown, the default group
+    assert rows.fetchall() == [
+        (0, "allreduce", 1024, 1024, "0", [0, 1], 2), (0, "allreduce", None, None, "default (all ranks)", [0, 1], 2),
+        (1, "allreduce", 1024, 1024, "0", [0, 1], 2), (1, "allreduce", None, None, "default (all ranks)", [0, 1], 2)]
+    notes = dict(con.execute("SELECT key, value FROM build_info").fetchall())
+    assert notes["collective_kernels_with_args_of_record_param_comms"] == "2"
+    assert notes["collective_kernels_without_bytes"] == "2"
+    # the kernel's own args are kept as written (the export gives back the file)
+    assert con.execute("SELECT count(*) FROM chrome_events WHERE args LIKE '%In msg nelems%'").fetchone() == (2,)
+
+
+def test_pytorch_1_8_layout_and_cuda_sync_tracks(tmp_path: Path) -> None:
+    """What early Kineto (PyTorch 1.8) wrote: categories Operator / Runtime / Kernel / Memcpy,
+    thread ids as strings (GPU: "stream 7"), launch flows of category "async" (named "launch")
+    whose start gives the thread id as an integer; no distributedInfo, no baseTimeNanoseconds.
+    And what newer Kineto writes for CUDA synchronization: ``cuda_sync`` events on the device's
+    ``tid`` -1 (not a CPU thread, and not device activity)."""
+    pid = 25738
+    events = [
+        {"ph": "X", "cat": "Operator", "name": "ProfilerStep#5", "pid": pid, "tid": str(pid), "ts": 0, "dur": 100},
+        {"ph": "X", "cat": "Runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": str(pid), "ts": 10, "dur": 5},
+        {"ph": "X", "cat": "Kernel", "name": "gemm", "pid": 0, "tid": "stream 7", "ts": 20, "dur": 30,
+         "args": {"device": 0, "stream": 7}},
+        {"ph": "X", "cat": "Memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "pid": 0, "tid": "stream 7",
+         "ts": 60, "dur": 10, "args": {"device": 0, "stream": 7}},
+        {"ph": "X", "cat": "cuda_sync", "name": "Context Sync", "pid": 0, "tid": -1, "ts": 70, "dur": 20,
+         "args": {"stream": -1, "device": 0}},
+        {"ph": "s", "id": 9, "pid": pid, "tid": pid, "ts": 10, "cat": "async", "name": "launch"},
+        {"ph": "f", "id": 9, "pid": 0, "tid": "stream 7", "ts": 20, "cat": "async", "name": "launch", "bp": "e"},
+    ]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "worker0.1623143089861.pt.trace.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    con = analyze.open(run, db=tmp_path / "t.duckdb")
+    assert con.execute("SELECT thread, name, kind, is_main FROM locations ORDER BY thread").fetchall() == [
+        (0, "thread 25738", "cpu_thread", True), (1, "GPU 0 stream -1", "accelerator_stream", False),
+        (2, "GPU 0 stream 7", "accelerator_stream", False)]
+    assert con.execute("SELECT source, start_ns - launch_start_ns FROM correlations").fetchall() == [("flow", 10 * US)]
+    assert con.execute("SELECT count(*), min(source) FROM steps").fetchone() == (1, "marker")
+    # 30 us computing, 10 us copying; the 20 us Context Sync is a wait, not work
+    assert dict(con.execute("SELECT phase, sum(duration_ns) // 1000 FROM device_phases GROUP BY ALL").fetchall()) == {
+        "compute": 30, "memory": 10, "idle": 60}
+
+
+def test_rank_given_as_digits(tmp_path: Path) -> None:
+    for rank in (1, 0):
+        path = write_rank(tmp_path / "run", rank, [step(1, 0, 10)], name=f"z{rank}.json.gz")
+        import gzip
+
+        doc = json.loads(gzip.decompress(path.read_bytes()))
+        doc["distributedInfo"]["rank"] = str(rank)
+        path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    con = analyze.open(tmp_path / "run", db=tmp_path / "t.duckdb")
+    assert con.execute("SELECT rank, path FROM chrome_files ORDER BY rank").fetchall()[0][1].endswith("z0.json.gz")
+    assert dict(con.execute("SELECT key, value FROM build_info").fetchall())["ranks_from"] == "distributedInfo.rank"
 
 
 def test_two_files_of_one_rank_is_one_clear_error(tmp_path: Path) -> None:
@@ -292,3 +384,44 @@ def test_device_phases_add_up_to_every_step(kineto_db: Callable[[str], duckdb.Du
                                                GROUP BY ALL) d USING (rank, step)
             WHERE d.ns <> s.duration_ns""").fetchone() == (0,)
         assert con.execute("SELECT count(*) FROM device_phases").fetchone()[0] > 0  # type: ignore[index]
+
+
+# Three small files other Kineto versions wrote (tests/fixtures/kineto/README.md, "Older and
+# other layouts"). Every number below is a count of the raw JSON with the standard library
+# (json.load, then counting events by ph, cat, pid/tid and args.correlation), as the README says.
+OTHER_LAYOUTS = {
+    # PyTorch 1.8: 340 events (254 X, 32 s, 32 f, 20 M, 2 i); Kernel 30 and Memcpy 2 on
+    # (0, "stream 7"), each with an args.correlation that a Runtime event on the CPU also has;
+    # CPU threads (24572, "24572") 116 X and (24572, "24610") 105 X; one ProfilerStep#2; no distributedInfo
+    "kineto_pt18_v100": (340, 0, {"thread 24572 (python)": 116, "thread 24610 (python)": 105,
+                                  "GPU 0 stream 7": 32}, 30, 2, 32, 1),
+    # 149 events (57 X); kernel 3, gpu_memset 3 on streams 20, 24, 28 and cuda_sync 5 (4 on tid -1,
+    # 1 on stream 24); the 6 kernels and sets each have a CPU launch by correlation; no ProfilerStep
+    "hta_cuda_sync": (149, 0, {"thread 3727853 (pt_main_thread)": 45, "GPU 0 stream -1": 4, "GPU 0 stream 20": 2,
+                               "GPU 0 stream 24": 3, "GPU 0 stream 28": 2}, 3, 3, 6, None),
+    # 54 events (13 X); cat "Kernel" 4 on (0, 7) with correlations; flows "async_gpu";
+    # distributedInfo {"rank": 1} without world_size
+    "hta_kernel_async_gpu": (54, 1, {"thread 1010370 (python)": 8, "GPU 0 stream 7": 4}, 4, 0, 4, None),
+}
+
+
+@pytest.mark.parametrize("name", OTHER_LAYOUTS)
+def test_older_and_other_layouts_count_exactly(name: str, tmp_path: Path) -> None:
+    events, rank, tracks, kernels, memory, launched, steps = OTHER_LAYOUTS[name]
+    con = analyze.open(KINETO_FIXTURES / name, db=tmp_path / "t.duckdb")
+    assert con.execute("SELECT events FROM runs").fetchone() == (events,)
+    got = dict(con.execute("SELECT name, events FROM locations WHERE kind <> 'timeline'").fetchall())
+    assert got == tracks
+    assert con.execute("SELECT DISTINCT rank FROM locations").fetchall() == [(rank,)]
+    assert con.execute("SELECT name FROM locations WHERE is_main").fetchone()[0] == next(iter(tracks))  # type: ignore[index]
+    streams = [n for n in tracks if n.startswith("GPU ")]
+    assert con.execute("SELECT list(name ORDER BY name) FROM locations WHERE kind = 'accelerator_stream'"
+                       ).fetchone() == (sorted(streams),)
+    # device activity: the kernels and the copies/sets, never the synchronizations
+    activity = device_activity(con)
+    assert (int((activity.kind == 0).sum()), int((activity.kind == 2).sum())) == (kernels, memory)
+    assert con.execute("SELECT count(*) FROM correlations").fetchone() == (launched,)
+    if steps is None:
+        assert con.execute("SELECT source, count(*) FROM steps GROUP BY ALL").fetchall() == [("whole_run", 1)]
+    else:
+        assert con.execute("SELECT source, count(*) FROM steps GROUP BY ALL").fetchall() == [("marker", steps)]

@@ -4,6 +4,8 @@ samples it; and a host without any source."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 import shutil
 import subprocess
@@ -14,6 +16,7 @@ import duckdb
 import pytest
 
 import analyze
+from analyze.export import chrome as chrome_export
 from tests.conftest import instrument_run
 from tests.instrument.fake_power import FakePowercap
 
@@ -60,6 +63,21 @@ def test_run_with_a_fake_powercap_tree(tmp_path: Path) -> None:
         steps = db.execute("SELECT count(DISTINCT (rank, step)), sum(energy_j) FROM energy_steps").fetchone()
         assert steps[0] == 8 and steps[1] > 0  # 2 ranks x 4 steps, each with its share of the host's
         assert db.execute("SELECT count(*) FROM energy_phases WHERE phase = 'compute'").fetchone()[0] > 0
+        # the export for Perfetto: every sample a counter of rank 0 (the recorder), and the power between
+        (path,) = chrome_export.export(db, tmp_path / "run.json.gz")
+        samples = dict(db.execute("SELECT member, count(*) FROM metrics GROUP BY ALL").fetchall())
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    counters: dict[tuple[int, str], list[float]] = {}
+    for e in events:
+        if e["ph"] == "C":
+            counters.setdefault((e["pid"], e["name"]), []).append(e["args"]["value"])
+    assert {k: len(v) for k, v in counters.items()} == {
+        (0, "cpu_package 0 energy [J]"): samples["cpu_package 0 energy"],
+        (0, "dram 0 energy [J]"): samples["dram 0 energy"],
+        (0, "cpu_package 0 energy [J] (power, W)"): samples["cpu_package 0 energy"] - 1,
+        (0, "dram 0 energy [J] (power, W)"): samples["dram 0 energy"] - 1}
+    package = counters[(0, "cpu_package 0 energy [J]")]
+    assert package == sorted(package) and package[-1] > package[0]  # a running total, in J
 
 
 @pytest.mark.slow
