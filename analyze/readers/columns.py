@@ -8,7 +8,8 @@ events into the same three row kinds, applying exactly these rules per location:
   topmost instance of its region: instances above it are closed at the same time first
   (marked truncated). A Leave whose region is not open is ignored and counted. Instances
   still open after the last event of the location are closed at that event's time
-  (truncated). A row is emitted when the instance closes.
+  (truncated). A row is emitted when the instance closes, with its exclusive time: its
+  duration minus the durations of its direct children (which all closed before it).
 - **Collectives**: MpiCollectiveBegin notes the topmost open instance (the region performing
   the collective) and the time; the next MpiCollectiveEnd on the location completes the row.
   An End without a Begin is ignored and counted.
@@ -31,7 +32,7 @@ import numpy as np
 INTERVAL_COLUMNS = {
     "location_id": np.int64, "rank": np.int32, "idx": np.int64, "parent_idx": np.int64,
     "depth": np.int32, "region_id": np.int64, "start_ns": np.int64, "end_ns": np.int64,
-    "truncated": np.bool_,
+    "truncated": np.bool_, "exclusive_ns": np.int64,
 }
 COLLECTIVE_COLUMNS = {
     "location_id": np.int64, "rank": np.int32, "interval_idx": np.int64, "begin_ns": np.int64,
@@ -145,17 +146,22 @@ class IntervalBuilder:
         self.collectives = _Columns(COLLECTIVE_COLUMNS)
         self.messages = _Columns(MESSAGE_COLUMNS)
         self.stats = ReadStats()
-        # per location: stack of [region, idx, start]; next idx; pending collective; last time
-        self._stacks: dict[int, list[tuple[int, int, int]]] = {}
+        # per location: stack of [region, idx, start, children's ns]; next idx; pending
+        # collective; last time
+        self._stacks: dict[int, list[list[int]]] = {}
         self._next: dict[int, int] = {}
         self._coll: dict[int, tuple[int, int]] = {}
         self._last: dict[int, int] = {}
 
-    def _close(self, loc: int, stack: list[tuple[int, int, int]], t: int, truncated: bool) -> None:
-        region, idx, start = stack.pop()
-        parent = stack[-1][1] if stack else -1
+    def _close(self, loc: int, stack: list[list[int]], t: int, truncated: bool) -> None:
+        region, idx, start, children = stack.pop()
+        parent = -1
+        if stack:
+            parent = stack[-1][1]
+            stack[-1][3] += t - start
         self.intervals.rows.append(
-            (loc, self.rank_of[loc], idx, parent, len(stack), region, start, t, truncated)
+            (loc, self.rank_of[loc], idx, parent, len(stack), region, start, t, truncated,
+             t - start - children)
         )
         if truncated:
             self.stats.truncated += 1
@@ -164,7 +170,7 @@ class IntervalBuilder:
         stack = self._stacks.setdefault(loc, [])
         idx = self._next.get(loc, 0)
         self._next[loc] = idx + 1
-        stack.append((region, idx, t))
+        stack.append([region, idx, t, 0])
         self._last[loc] = t
 
     def leave(self, loc: int, t: int, region: int) -> None:

@@ -21,11 +21,13 @@
 #define BATCH 65536
 #define UNDEFINED_U32 0xFFFFFFFFu
 
-/* An open region instance: the region, its idx on the location and its enter time. */
+/* An open region instance: the region, its idx on the location, its enter time and the
+ * summed durations of its direct children closed so far (for its exclusive time). */
 typedef struct {
     uint64_t region;
     int64_t idx;
     int64_t start;
+    int64_t children;
 } Frame;
 
 typedef struct {
@@ -36,7 +38,10 @@ typedef struct {
     int32_t *ranks;
     uint64_t *declared; /* events each location's definition declares (0: unknown) */
     uint64_t loc_read;  /* events read on the current location */
-    OTF2_EvtReader **evt;
+    OTF2_EvtReader *evt; /* the current location's event reader, opened when it starts: a
+                            reader holds a chunk buffer (1 MB), too much for every location */
+    OTF2_EvtReaderCallbacks *callbacks;
+    int defs_open;
     size_t cur; /* the location being read */
     /* state of the current location */
     Frame *stack;
@@ -54,7 +59,7 @@ typedef struct {
     int busy;
 } Reader;
 
-static const size_t IV_WIDTHS[] = {8, 4, 8, 8, 4, 8, 8, 8, 1};
+static const size_t IV_WIDTHS[] = {8, 4, 8, 8, 4, 8, 8, 8, 1, 8};
 static const size_t CO_WIDTHS[] = {8, 4, 8, 8, 8, 4, 8, 8, 8, 8};
 static const size_t ME_WIDTHS[] = {8, 4, 1, 8, 8, 8, 8, 8, 8};
 
@@ -91,6 +96,8 @@ static inline int64_t top_idx(const Reader *r) {
 static inline void close_top(Reader *r, int64_t t, uint8_t truncated) {
     Frame f = r->stack[--r->depth];
     Table *iv = &r->iv;
+    if (r->depth)
+        r->stack[r->depth - 1].children += t - f.start;
     COL(iv, 0, int64_t) = (int64_t)r->locs[r->cur];
     COL(iv, 1, int32_t) = r->ranks[r->cur];
     COL(iv, 2, int64_t) = f.idx;
@@ -100,6 +107,7 @@ static inline void close_top(Reader *r, int64_t t, uint8_t truncated) {
     COL(iv, 6, int64_t) = f.start;
     COL(iv, 7, int64_t) = t;
     COL(iv, 8, uint8_t) = truncated;
+    COL(iv, 9, int64_t) = t - f.start - f.children;
     iv->rows++;
     r->truncated += truncated;
 }
@@ -119,7 +127,7 @@ static OTF2_CallbackCode on_enter(OTF2_LocationRef loc, OTF2_TimeStamp time, uin
         r->stack = s;
         r->stack_cap = cap;
     }
-    r->stack[r->depth++] = (Frame){region, r->next_idx++, t};
+    r->stack[r->depth++] = (Frame){region, r->next_idx++, t, 0};
     return OTF2_CALLBACK_SUCCESS;
 }
 
@@ -330,9 +338,8 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
     r->nloc = (size_t)n;
     r->locs = calloc(n ? n : 1, sizeof(uint64_t));
     r->ranks = calloc(n ? n : 1, sizeof(int32_t));
-    r->evt = calloc(n ? n : 1, sizeof(OTF2_EvtReader *));
     r->declared = calloc(n ? n : 1, sizeof(uint64_t));
-    if (!r->locs || !r->ranks || !r->evt || !r->declared) {
+    if (!r->locs || !r->ranks || !r->declared) {
         PyErr_NoMemory();
         return -1;
     }
@@ -352,7 +359,7 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
     }
     r->offset = offset;
     r->resolution = resolution;
-    table_init(&r->iv, 9, IV_WIDTHS);
+    table_init(&r->iv, 10, IV_WIDTHS);
     table_init(&r->co, 10, CO_WIDTHS);
     table_init(&r->me, 9, ME_WIDTHS);
 
@@ -374,57 +381,66 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
         }
     }
     /* as the otf2 package does: an archive without local definition files is valid */
-    int defs_open = OTF2_Reader_OpenDefFiles(r->otf2) == OTF2_SUCCESS;
+    r->defs_open = OTF2_Reader_OpenDefFiles(r->otf2) == OTF2_SUCCESS;
     (void)OTF2_Reader_OpenEvtFiles(r->otf2);
-    OTF2_EvtReaderCallbacks *cbs = OTF2_EvtReaderCallbacks_New();
-    if (cbs == NULL) {
+    r->callbacks = OTF2_EvtReaderCallbacks_New();
+    if (r->callbacks == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    set_callbacks(cbs);
-    int failed = 0;
-    for (size_t i = 0; i < r->nloc && !failed; i++) {
-        if (defs_open) {
-            /* local definitions carry the mapping tables and ClockOffset records */
-            OTF2_DefReader *dr = OTF2_Reader_GetDefReader(r->otf2, r->locs[i]);
-            if (dr != NULL) {
-                uint64_t read = 0;
-                rc = OTF2_Reader_ReadAllLocalDefinitions(r->otf2, dr, &read);
-                OTF2_Reader_CloseDefReader(r->otf2, dr);
-                if (rc != OTF2_SUCCESS) {
-                    otf2_error("cannot read the local definitions", rc);
-                    failed = 1;
-                    break;
-                }
+    set_callbacks(r->callbacks);
+    return 0;
+}
+
+/* Open the current location's event reader, after its local definitions (which carry the
+ * mapping tables and ClockOffset records). Without the GIL: errors go to ``what`` and ``rc``. */
+static int open_location(Reader *r, const char **what, OTF2_ErrorCode *rc) {
+    OTF2_LocationRef loc = r->locs[r->cur];
+    if (r->defs_open) {
+        OTF2_DefReader *dr = OTF2_Reader_GetDefReader(r->otf2, loc);
+        if (dr != NULL) {
+            uint64_t read = 0;
+            *rc = OTF2_Reader_ReadAllLocalDefinitions(r->otf2, dr, &read);
+            OTF2_Reader_CloseDefReader(r->otf2, dr);
+            if (*rc != OTF2_SUCCESS) {
+                *what = "cannot read the local definitions";
+                return -1;
             }
         }
-        r->evt[i] = OTF2_Reader_GetEvtReader(r->otf2, r->locs[i]);
-        if (r->evt[i] == NULL) {
-            PyErr_Format(Otf2NativeError, "cannot open the events of location %llu",
-                         (unsigned long long)r->locs[i]);
-            failed = 1;
-            break;
-        }
-        rc = OTF2_Reader_RegisterEvtCallbacks(r->otf2, r->evt[i], cbs, r);
-        if (rc != OTF2_SUCCESS) {
-            otf2_error("cannot register the event callbacks", rc);
-            failed = 1;
-        }
     }
-    OTF2_EvtReaderCallbacks_Delete(cbs);
-    if (defs_open)
-        OTF2_Reader_CloseDefFiles(r->otf2);
-    return failed ? -1 : 0;
+    r->evt = OTF2_Reader_GetEvtReader(r->otf2, loc);
+    if (r->evt == NULL) {
+        *what = "cannot open the events of location";
+        *rc = OTF2_SUCCESS;
+        return -1;
+    }
+    *rc = OTF2_Reader_RegisterEvtCallbacks(r->otf2, r->evt, r->callbacks, r);
+    if (*rc != OTF2_SUCCESS) {
+        *what = "cannot register the event callbacks";
+        return -1;
+    }
+    return 0;
+}
+
+static void close_location(Reader *r) {
+    if (r->evt != NULL) {
+        OTF2_Reader_CloseEvtReader(r->otf2, r->evt);
+        r->evt = NULL;
+    }
 }
 
 static void reader_close_archive(Reader *r) {
     if (r->otf2 != NULL) {
-        for (size_t i = 0; i < r->nloc; i++)
-            if (r->evt[i] != NULL)
-                OTF2_Reader_CloseEvtReader(r->otf2, r->evt[i]);
+        close_location(r);
+        if (r->defs_open)
+            OTF2_Reader_CloseDefFiles(r->otf2);
         OTF2_Reader_CloseEvtFiles(r->otf2);
         OTF2_Reader_Close(r->otf2);
         r->otf2 = NULL;
+    }
+    if (r->callbacks != NULL) {
+        OTF2_EvtReaderCallbacks_Delete(r->callbacks);
+        r->callbacks = NULL;
     }
 }
 
@@ -434,7 +450,6 @@ static void reader_dealloc(PyObject *self) {
     free(r->locs);
     free(r->ranks);
     free(r->declared);
-    free(r->evt);
     free(r->stack);
     table_free(&r->iv);
     table_free(&r->co);
@@ -459,11 +474,14 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
     uint64_t events_before = r->events;
     uint64_t batch = max_rows > 0 && (uint64_t)max_rows < BATCH ? (uint64_t)max_rows : BATCH;
     OTF2_ErrorCode rc = OTF2_SUCCESS;
+    const char *open_failed = NULL;
     int too_many = 0;
     Py_BEGIN_ALLOW_THREADS
     while (r->cur < r->nloc && r->iv.rows + r->co.rows + r->me.rows < (size_t)max_rows) {
+        if (r->evt == NULL && open_location(r, &open_failed, &rc) < 0)
+            break;
         uint64_t got = 0;
-        rc = OTF2_Reader_ReadLocalEvents(r->otf2, r->evt[r->cur], batch, &got);
+        rc = OTF2_Reader_ReadLocalEvents(r->otf2, r->evt, batch, &got);
         if (rc != OTF2_SUCCESS || r->out_of_memory)
             break;
         /* The library can decode a damaged event file as an endless run of events; the
@@ -481,6 +499,7 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
             }
             while (r->depth)
                 close_top(r, r->last_t, 1);
+            close_location(r);
             r->cur++;
             reset_location(r);
         }
@@ -494,6 +513,15 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
                      "location %llu holds more events than the %llu its definition declares",
                      (unsigned long long)r->locs[r->cur], (unsigned long long)r->declared[r->cur]);
         return NULL;
+    }
+    if (open_failed != NULL) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %llu", open_failed, (unsigned long long)r->locs[r->cur]);
+        if (rc == OTF2_SUCCESS) {
+            PyErr_Format(Otf2NativeError, "%s", what);
+            return NULL;
+        }
+        return otf2_error(what, rc);
     }
     if (rc != OTF2_SUCCESS) {
         char what[64];
