@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: tables stored as Parquet under RUN/tables, views in the database
 
 
 class Phase(StrEnum):
@@ -56,6 +56,9 @@ class Table:
     name: str
     doc: str
     columns: tuple[Column, ...]
+    # Stored as a Parquet dataset split hive-style by this column (RUN/tables/<name>/rank=N/),
+    # so each rank's rows are written and read on their own; None: one file per table.
+    partition_by: str | None = None
 
     def ddl(self, name: str | None = None) -> str:
         cols = ",\n    ".join(f"{c.name} {c.type}" for c in self.columns)
@@ -66,8 +69,8 @@ class Table:
         return [c.name for c in self.columns]
 
 
-def _t(name: str, doc: str, *cols: tuple[str, str, str]) -> Table:
-    return Table(name, doc, tuple(Column(*c) for c in cols))
+def _t(name: str, doc: str, *cols: tuple[str, str, str], partition_by: str | None = None) -> Table:
+    return Table(name, doc, tuple(Column(*c) for c in cols), partition_by)
 
 
 RUNS = _t(
@@ -124,6 +127,7 @@ INTERVALS = _t(
     ("duration_ns", "BIGINT", "inclusive time, end_ns - start_ns"),
     ("exclusive_ns", "BIGINT", "duration minus the durations of direct children"),
     ("truncated", "BOOLEAN", "no Leave was recorded; closed at the location's last event"),
+    partition_by="rank",
 )
 
 COMMUNICATORS = _t(
@@ -156,6 +160,7 @@ COLLECTIVES = _t(
     ("wait_ns", "BIGINT", "time from this rank's arrival to last_arrival_ns, within the region"),
     ("transfer_ns", "BIGINT", "the rest of the region: leave - enter - wait"),
     ("ranks_matched", "INTEGER", "ranks whose instance with this comm/seq is in the trace"),
+    partition_by="rank",
 )
 
 P2P = _t(
@@ -174,6 +179,7 @@ P2P = _t(
     ("seq", "BIGINT", "n-th message between this sender and receiver with this comm and tag"),
     ("partner_enter_ns", "BIGINT", "enter of the matching event's region on the peer; NULL if unmatched"),
     ("wait_ns", "BIGINT", "late sender: receive-side time waiting for the send to start"),
+    partition_by="rank",
 )
 
 STEPS = _t(
@@ -184,6 +190,7 @@ STEPS = _t(
     ("end_ns", "BIGINT", "end"),
     ("duration_ns", "BIGINT", "end - start"),
     ("source", "VARCHAR", "marker (dltrace.step regions), region:<name> (--step-region), or whole_run"),
+    partition_by="rank",
 )
 
 PHASES = _t(
@@ -192,6 +199,7 @@ PHASES = _t(
     ("step", "INTEGER", "step"),
     ("phase", "VARCHAR", "Phase: compute, allreduce, other_comm, idle or other"),
     ("duration_ns", "BIGINT", "time"),
+    partition_by="rank",
 )
 
 TABLES = (RUNS, LOCATIONS, REGIONS, COMMUNICATORS, INTERVALS, COLLECTIVES, P2P, STEPS, PHASES)

@@ -20,6 +20,17 @@ def fallback_notice(prefer: str = "auto") -> str | None:
             "(install the OTF2 headers, e.g. `make setup`, and reinstall to build it)")
 
 
+def definitions(anchor: Path, prefer: str = "auto") -> tuple[str, Definitions]:
+    """(reader name, definitions) of ``anchor``, for callers that read the events location by
+    location themselves (:func:`otf2_native.read_locations`); ``prefer`` as in :func:`read`."""
+    if prefer not in ("auto", "python", "native"):
+        raise ValueError(f"unknown reader {prefer!r}")
+    if prefer == "native" and not otf2_native.available():
+        raise RuntimeError(f"the native OTF2 reader is not built ({otf2_native.unavailable_reason()})")
+    used = "native" if prefer == "native" or (prefer == "auto" and otf2_native.available()) else "python"
+    return used, otf2_native.definitions(anchor)
+
+
 def read(anchor: Path, chunk_rows: int = 500_000, prefer: str = "auto") -> tuple[str, Definitions, Iterator[Chunk]]:
     """(reader name, definitions, chunks) for ``anchor``; ``prefer`` is auto, native or python.
 

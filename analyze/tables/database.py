@@ -1,19 +1,34 @@
-"""Build a run's DuckDB database from its OTF2 archive: read, load, derive, rename.
+"""Build a run's tables from its OTF2 archive: Parquet datasets plus a DuckDB database of views.
 
-The database is written to a temporary file beside its final place and renamed when
-complete, so an interrupted or failed build never leaves a half-written database, and two
-analyses of the same run at once each produce a whole one (the last rename wins). A database
-is reused while it is newer than the archive and was built by this schema with the same
-options; ``force`` rebuilds.
+Layout, for the default database ``RUN/trace.duckdb``::
+
+    RUN/trace.duckdb             views over the Parquet files (and build_info)
+    RUN/tables -> .tables/<id>   the current build's tables, one dataset per table:
+    RUN/.tables/<id>/intervals/rank=0/*.parquet, ..., RUN/.tables/<id>/regions/*.parquet
+
+Each build writes a new ``<id>`` directory and a temporary database whose views name it;
+under a lock it then renames the database into place, moves the ``tables`` link, and removes
+the build it replaced (and those of builds whose process died). An interrupted or failed
+build therefore never leaves a half-written database or table, two analyses of the same run
+at once each produce a whole one (the last one installed wins), and the database and the
+files it views always belong to the same build. A database is reused while it is newer than the archive and
+was built by this schema with the same options, and its files are still there; ``force``
+rebuilds. Another database path (``db``) keeps its tables beside it, in ``<stem>.tables``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import shutil
+import socket
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,23 +36,21 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from analyze.engine import Engine, make
 from analyze.errors import AnalyzeError
 from analyze.readers import dispatch
-from analyze.readers.columns import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, Definitions, ReadStats
-from analyze.schema import SCHEMA_VERSION, TABLES
-from analyze.tables.collectives import build_collectives, build_p2p
-from analyze.tables.loading import IntervalLoader, Progress, c_stderr_captured, load_columns
-from analyze.tables.phases import build_phases
+from analyze.readers.columns import Definitions, ReadStats
+from analyze.schema import COMMUNICATORS, LOCATIONS, REGIONS, SCHEMA_VERSION, TABLES, Table
+from analyze.tables import stages, steps
 from analyze.tables.regions import classify
-from analyze.tables.steps import build_steps
+from analyze.tables.store import Store
 
 DB_NAME = "trace.duckdb"
 BUILD_INFO = "build_info"
-# DuckDB's memory cap while building; it spills to disk beyond. Without one DuckDB takes up to
-# 80% of RAM for the derived tables (3.1 GB RSS at 10^8 events, against 1.3 GB and a few seconds
-# more with 1GB). DLTRACE_BUILD_MEMORY=4GB raises it; "default" leaves DuckDB's own.
+# DuckDB's memory cap while building, per process (the build's own and each Dask worker's);
+# it spills to disk beyond. Without one DuckDB takes up to 80% of RAM. DLTRACE_BUILD_MEMORY=4GB
+# raises it; "default" leaves DuckDB's own.
 DEFAULT_BUILD_MEMORY = "1GB"
-LOAD_THREADS = 2  # connections appending interval rows (two append 1.5-1.6x as fast as one)
 
 
 @dataclass
@@ -49,6 +62,16 @@ class RunPaths:
     @property
     def name(self) -> str:
         return self.run_dir.name
+
+    @property
+    def tables(self) -> Path:
+        """The stable name of the tables directory (a link to the current build's)."""
+        return self.db.parent / ("tables" if self.db.name == DB_NAME else f"{self.db.stem}.tables")
+
+    @property
+    def builds(self) -> Path:
+        """Where each build's tables directory lives."""
+        return self.db.parent / f".{self.tables.name}"
 
 
 def resolve(run: Path | str, db: Path | str | None = None) -> RunPaths:
@@ -72,22 +95,25 @@ def resolve(run: Path | str, db: Path | str | None = None) -> RunPaths:
                 raise AnalyzeError(f"{path} holds {what}")
             anchor = found[0]
     if db is not None:
-        return RunPaths(run_dir.resolve(), anchor.resolve(), Path(db))
+        return RunPaths(run_dir.resolve(), anchor.resolve(), Path(db).absolute())
     target = run_dir / DB_NAME
     if not os.access(run_dir, os.W_OK):
-        # Read-only archives (shared fixtures, someone else's runs): keep the database in the cache.
+        # Read-only archives (shared fixtures, someone else's runs): the database and its
+        # tables go to the cache.
         key = hashlib.sha256(str(anchor.resolve()).encode()).hexdigest()[:12]
         cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dltrace" / "analyze"
         cache.mkdir(parents=True, exist_ok=True)
         target = cache / f"{run_dir.name}-{key}.duckdb"
-    return RunPaths(run_dir.resolve(), anchor.resolve(), target)
+    return RunPaths(run_dir.resolve(), anchor.resolve(), target.absolute())
 
 
 def _signature(paths: RunPaths, options: dict[str, Any]) -> str:
-    """What the database was built from: archive files' sizes and times, options, schema."""
+    """What the database was built from: archive files' sizes and times, options, schema, and
+    where it is (its views name their files by absolute path)."""
     files = [paths.anchor, paths.anchor.with_suffix(".def"), paths.run_dir / "run.json"]
     stamps = [(str(f.name), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
-    return json.dumps({"schema": SCHEMA_VERSION, "files": stamps, "options": options}, sort_keys=True)
+    return json.dumps({"schema": SCHEMA_VERSION, "files": stamps, "options": options,
+                       "at": str(paths.db.parent.resolve())}, sort_keys=True)
 
 
 def is_current(paths: RunPaths, options: dict[str, Any]) -> bool:
@@ -95,10 +121,10 @@ def is_current(paths: RunPaths, options: dict[str, Any]) -> bool:
         return False
     try:
         with duckdb.connect(str(paths.db), read_only=True) as con:
-            row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'signature'").fetchone()
+            info = dict(con.execute(f"SELECT key, value FROM {BUILD_INFO}").fetchall())
     except duckdb.Error:
         return False
-    return row is not None and row[0] == _signature(paths, options)
+    return info.get("signature") == _signature(paths, options) and Path(info.get("tables", "")).is_dir()
 
 
 def build(
@@ -109,32 +135,50 @@ def build(
     step_region: str | None = None,
     chunk_rows: int = 500_000,
     reader: str = "auto",
+    engine: Engine | Callable[[], Engine] | str | None = None,
 ) -> RunPaths:
-    """Make sure ``run``'s database exists and is current; return its paths.
+    """Make sure ``run``'s database and tables exist and are current; return their paths.
 
-    ``reader`` picks the OTF2 reader (auto: native where built, else python); both give the
-    same tables, so it is not part of what makes a database current.
+    ``reader`` picks the OTF2 reader (auto: native where built, else python) and ``engine``
+    where the work runs: ``local`` (the default) or ``dask`` by name, or a function making an
+    :class:`~analyze.engine.Engine` (called only if there is work; the engine is closed
+    after), or an engine the caller made and closes. Readers and engines give the same
+    tables, so neither is part of what makes a database current.
     """
     paths = resolve(run, db)
     options = {"step_region": step_region}
     if not force and is_current(paths, options):
         return paths
-    paths.db.parent.mkdir(parents=True, exist_ok=True)
-    tmp = paths.db.with_name(f".{paths.db.name}.tmp-{os.getpid()}")
+    paths.builds.mkdir(parents=True, exist_ok=True)
+    build_id = f"{time.time_ns():x}-{socket.gethostname()}-{os.getpid()}"
+    root = paths.builds / build_id
+    tmp = paths.db.with_name(f".{paths.db.name}.tmp-{build_id}")
     tmp.unlink(missing_ok=True)
     config = _build_config()
+    own = engine is None or isinstance(engine, str) or not hasattr(engine, "run")
+    if engine is None or isinstance(engine, str):
+        runner: Engine = make(engine or "local")
+    elif own:
+        runner = engine()  # type: ignore[operator]
+    else:
+        runner = engine  # type: ignore[assignment]
     try:
         with duckdb.connect(str(tmp), config=config) as con:
-            _fill(con, paths, chunk_rows, step_region, _signature(paths, options), reader)
-        os.replace(tmp, paths.db)
+            _fill(con, paths, root, runner, chunk_rows, step_region, _signature(paths, options),
+                  reader, config.get("memory_limit"))
+        _install(paths, tmp, root)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         Path(str(tmp) + ".wal").unlink(missing_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
         if isinstance(e, duckdb.OutOfMemoryException):
             raise AnalyzeError(f"building {paths.db} ran out of memory ({str(e).splitlines()[0]}); "
                                f"raise DLTRACE_BUILD_MEMORY (now {config.get('memory_limit', 'default')}, e.g. 4GB) or free "
                                "disk space beside the database for DuckDB's spill files") from None
         raise
+    finally:
+        if own:
+            runner.close()
     return paths
 
 
@@ -151,72 +195,171 @@ def _build_config() -> dict[str, Any]:
     return config
 
 
-def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
-    for table in TABLES:
-        con.execute(table.ddl())
-    con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
-    for name, spec in (("raw_collectives", COLLECTIVE_COLUMNS), ("raw_messages", MESSAGE_COLUMNS)):
-        cols = ", ".join(f"{c} {_sql_type(t)}" for c, t in spec.items())
-        con.execute(f"CREATE TEMP TABLE {name} ({cols})")
-
-
-def _sql_type(t: type) -> str:
-    return {"int64": "BIGINT", "int32": "INTEGER", "int8": "TINYINT", "bool": "BOOLEAN"}[
-        pd.api.types.pandas_dtype(t).name]
-
-
-def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
-          reader: str) -> tuple[str, Definitions, ReadStats]:
-    stats = ReadStats()
+def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: Engine, chunk_rows: int,
+          step_region: str | None, signature: str, reader: str, memory: str | None) -> None:
+    t0 = time.perf_counter()
+    store = Store(root)
     notice = dispatch.fallback_notice(reader)
     if notice:
         print(notice, file=sys.stderr)
-    progress = Progress(f"reading {paths.anchor.name}")
-    loader = IntervalLoader(con, LOAD_THREADS)
+    with _archive_errors():
+        used, defs = dispatch.definitions(paths.anchor, reader)
+    # Tables the stages do not write start as DuckDB tables and are exported at the end.
+    for table in TABLES:
+        if table not in stages.STAGE_TABLES:
+            con.execute(table.ddl())
+    _definitions(con, defs)
+    _export(con, store, (LOCATIONS, REGIONS, COMMUNICATORS))  # the stages read these
+    stats, source, read_s = _run_stages(engine, paths, store, defs, used, chunk_rows, step_region, memory)
+    for table in stages.STAGE_TABLES:
+        store.view(con, table)
+    _run_row(con, paths, defs, stats, used)
+    _export(con, store, tuple(t for t in TABLES if _is_table(con, t.name)))
+    for table in stages.fill_empty(con, store, TABLES):
+        store.view(con, table)  # was a view of no files
+    con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
+    _insert(con, BUILD_INFO, [
+        ("signature", signature), ("step_source", steps.label(source, step_region)),
+        ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
+        ("unmatched_collective_ends", str(stats.unmatched_collective_ends)), ("tables", str(root)),
+        # how the build ran and where its time went (bench/ reads these; not part of the results)
+        ("engine", engine.name), ("engine_workers", str(engine.workers)),
+        ("read_seconds", f"{read_s:.3f}"), ("derive_seconds", f"{time.perf_counter() - t0 - read_s:.3f}"),
+    ])
+
+
+def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions, reader: str,
+                chunk_rows: int, step_region: str | None, memory: str | None) -> tuple[ReadStats, str, float]:
+    """The stages of analyze/tables/stages.py on ``engine``: stats, step source, read seconds."""
+    t0 = time.perf_counter()
+    plan = stages.plan(defs, reader, engine.workers)
+    spec = stages.Spec(anchor=str(paths.anchor), root=str(store.root), reader=reader,
+                       global_offset=defs.global_offset, resolution=defs.resolution,
+                       buckets=plan.buckets, chunk_rows=chunk_rows, step_region=step_region,
+                       memory=memory)
+    stages.prepare_directories(spec, sorted({loc.rank for loc in defs.locations}))
+    try:
+        with _archive_errors():
+            parts = engine.run(f"reading {paths.anchor.name}", stages.read, plan.read, spec,
+                               sizes=plan.read_events, unit="events", partial_progress=True)
+        read_s = time.perf_counter() - t0
+        rank_counts = [len(g[1]) for g in plan.groups]
+        found = engine.run("matching collectives and steps", stages.prepare, plan.groups, spec,
+                           sizes=rank_counts, unit="ranks")
+        counts = {s: sum(f.get(s, 0) for f in found) for s in steps.SOURCES}
+        source = steps.choose(counts, step_region)
+        engine.run("matching across ranks", stages.match, list(range(plan.buckets)), spec)
+        engine.run("phases", stages.finish, plan.groups, spec, source, sizes=rank_counts, unit="ranks")
+    finally:
+        engine.everywhere(stages.release, spec.root)
+    stages.remove_work(spec)
+    stats = ReadStats()
+    for part in parts:
+        stats.events += part.events
+        stats.unmatched_leaves += part.unmatched_leaves
+        stats.truncated += part.truncated
+        stats.unmatched_collective_ends += part.unmatched_collective_ends
+    return stats, source, read_s
+
+
+def _is_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND NOT temporary",
+                      [name]).fetchone()
+    return bool(row and row[0])
+
+
+def _export(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> None:
+    """DuckDB tables -> Parquet files (partitioned as declared), each replaced by a view."""
+    for table in tables:
+        store.write(con, table, f"SELECT * FROM {table.name}", "data")
+        con.execute(f"DROP TABLE {table.name}")
+        store.view(con, table)
+
+
+def _install(paths: RunPaths, tmp_db: Path, root: Path) -> None:
+    """Put a finished build in place (see the module docstring), under the run's build lock."""
+    with _locked(paths.builds / "lock"):
+        replaced = paths.tables.resolve() if paths.tables.is_symlink() else None
+        if paths.tables.exists() and not paths.tables.is_symlink():
+            raise AnalyzeError(f"{paths.tables} exists and is not the link analyze keeps there; "
+                               "move it away and analyze again")
+        os.replace(tmp_db, paths.db)
+        link = paths.tables.with_name(f".{paths.tables.name}.tmp-{root.name}")
+        link.unlink(missing_ok=True)
+        link.symlink_to(Path(paths.builds.name) / root.name)
+        os.replace(link, paths.tables)
+        if replaced is not None and replaced != root and replaced.parent == paths.builds:
+            shutil.rmtree(replaced, ignore_errors=True)
+        _collect(paths.builds, keep=root.name)
+
+
+def _collect(builds: Path, keep: str) -> None:
+    """Remove the tables of builds whose process on this host is gone without installing them
+    (killed, or crashed before cleaning up)."""
+    host = socket.gethostname()
+    for entry in builds.iterdir():
+        if entry.name in (keep, "lock") or not entry.is_dir():
+            continue
+        _, _, rest = entry.name.partition("-")
+        owner, _, pid = rest.rpartition("-")
+        if owner == host and pid.isdigit() and not _alive(int(pid)):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _archive_errors() -> Iterator[None]:
+    """A reader's error as one sentence, with the last line the OTF2 library printed."""
     with c_stderr_captured() as library_said:
         try:
-            used, defs, chunks = dispatch.read(paths.anchor, chunk_rows, reader)
-            progress.total = sum(loc.events for loc in defs.locations)
-            for chunk in chunks:
-                loader.add(chunk.intervals)
-                load_columns(con, "raw_collectives", chunk.collectives)
-                load_columns(con, "raw_messages", chunk.messages)
-                progress.add(chunk.events)
-                if chunk.stats is not None:
-                    stats = chunk.stats
+            yield
         except dispatch.ReaderError as e:
             error: Exception | None = e
         else:
             error = None
-        finally:
-            progress.close()
-            loader.close()
     if error is not None:
         detail = library_said[0].splitlines()[-1] if library_said and library_said[0] else ""
-        hint = " The archive is truncated or corrupt; re-merge it (instrument merge) or copy it again."
-        raise AnalyzeError(f"{error}{' (' + detail + ')' if detail else ''}.{hint}") from None
-    return used, defs, stats
+        raise AnalyzeError(f"{error}{' (' + detail + ')' if detail else ''}. The archive is truncated "
+                           "or corrupt; re-merge it (instrument merge) or copy it again.") from None
 
 
-def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
-          step_region: str | None, signature: str, reader: str) -> None:
-    t0 = time.perf_counter()
-    _create_tables(con)
-    used, defs, stats = _read(con, paths, chunk_rows, reader)
-    read_s = time.perf_counter() - t0
-    _definitions(con, defs)
-    build_collectives(con)
-    build_p2p(con)
-    step_source = build_steps(con, step_region)
-    build_phases(con)
-    _run_row(con, paths, defs, stats, used)
-    _insert(con, BUILD_INFO, [
-        ("signature", signature), ("step_source", step_source),
-        ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
-        ("unmatched_collective_ends", str(stats.unmatched_collective_ends)),
-        # where the build's time went (bench/ reads these; not part of the results)
-        ("read_seconds", f"{read_s:.3f}"), ("derive_seconds", f"{time.perf_counter() - t0 - read_s:.3f}"),
-    ])
+@contextlib.contextmanager
+def c_stderr_captured() -> Iterator[list[str]]:
+    """Capture what the OTF2 C library prints on stderr, to fold it into one error message."""
+    captured: list[str] = []
+    try:
+        fd = os.dup(2)
+    except OSError:
+        yield captured
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(fd, 2)
+            os.close(fd)
+            tmp.seek(0)
+            captured.append(tmp.read().decode(errors="replace").strip())
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:

@@ -110,6 +110,26 @@ PyObject *table_take(Table *t) {
     return out;
 }
 
+PyObject *table_take_rows(Table *t, size_t rows) {
+    if (rows >= t->rows)
+        return table_take(t);
+    Table rest;
+    table_init(&rest, t->ncols, t->width);
+    if (table_reserve(&rest, t->rows - rows) < 0)
+        return PyErr_NoMemory();
+    for (int i = 0; i < t->ncols; i++)
+        memcpy(rest.data[i], t->data[i] + rows * t->width[i], (t->rows - rows) * t->width[i]);
+    rest.rows = t->rows - rows;
+    t->rows = rows;
+    PyObject *out = table_take(t);
+    if (out == NULL) {
+        table_free(&rest);
+        return NULL;
+    }
+    *t = rest;
+    return out;
+}
+
 /* ---- module ----------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {

@@ -34,7 +34,7 @@ enum { K_ENTER = 1, K_LEAVE = 2, K_COLL_END = 3, K_ASYNC_COLL = 4, K_STEP_DISCAR
        K_COLL_BEGIN = 6, K_SEND = 7, K_RECV = 8 };
 
 /* Growable columns of fixed-width values, all with the same number of rows. */
-#define MAX_COLUMNS 12
+#define MAX_COLUMNS 16
 typedef struct {
     int ncols;
     size_t width[MAX_COLUMNS];
@@ -49,6 +49,8 @@ int table_reserve(Table *t, size_t extra);
 void table_free(Table *t);
 /* A tuple of Column objects taking over the table's memory; the table is left empty. */
 PyObject *table_take(Table *t);
+/* The same for the first ``rows`` rows; the rest stay in the table (copied to its start). */
+PyObject *table_take_rows(Table *t, size_t rows);
 
 /* A Column over ``data`` (``size`` bytes), which it frees; NULL and ``data`` freed on error. */
 PyObject *column_new(char *data, size_t size);

@@ -21,6 +21,14 @@
 #define BATCH 65536
 #define UNDEFINED_U32 0xFFFFFFFFu
 
+/* Rows waiting for the instance ``idx`` to close (a handful at a time: regions performing a
+ * collective or a message are open while it happens). */
+typedef struct {
+    size_t *row;
+    int64_t *idx;
+    size_t n, cap;
+} Waiting;
+
 /* An open region instance: the region, its idx on the location, its enter time and the
  * summed durations of its direct children closed so far (for its exclusive time). */
 typedef struct {
@@ -49,7 +57,14 @@ typedef struct {
     int64_t next_idx;
     int coll_open;
     int64_t coll_idx, coll_t;
+    /* the instance performing the open collective: region (-1: none), enter, and its leave
+       if it closed before the collective's end record */
+    int64_t coll_region, coll_start, coll_leave;
+    int coll_closed;
     int64_t last_t;
+    /* collective and message rows whose performing instance is still open: they get its leave
+       time when it closes, and only the rows before the first of them are handed out */
+    Waiting co_wait, me_wait;
     /* ticks -> ns */
     uint64_t offset, resolution;
     /* results since the last read() */
@@ -60,8 +75,9 @@ typedef struct {
 } Reader;
 
 static const size_t IV_WIDTHS[] = {8, 4, 8, 8, 4, 8, 8, 8, 1, 8};
-static const size_t CO_WIDTHS[] = {8, 4, 8, 8, 8, 4, 8, 8, 8, 8};
-static const size_t ME_WIDTHS[] = {8, 4, 1, 8, 8, 8, 8, 8, 8};
+static const size_t CO_WIDTHS[] = {8, 4, 8, 8, 8, 4, 8, 8, 8, 8, 8, 8, 8};
+static const size_t ME_WIDTHS[] = {8, 4, 1, 8, 8, 8, 8, 8, 8, 8, 8};
+enum { CO_REGION = 10, CO_ENTER = 11, CO_LEAVE = 12, ME_ENTER = 9, ME_LEAVE = 10 };
 
 #define COL(t, i, type) (((type *)(t)->data[i])[(t)->rows])
 
@@ -92,6 +108,52 @@ static inline int64_t top_idx(const Reader *r) {
     return r->depth ? r->stack[r->depth - 1].idx : -1;
 }
 
+static int wait_for(Waiting *w, size_t row, int64_t idx) {
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        size_t *rows = realloc(w->row, cap * sizeof(size_t));
+        if (rows == NULL)
+            return -1;
+        w->row = rows;
+        int64_t *idxs = realloc(w->idx, cap * sizeof(int64_t));
+        if (idxs == NULL)
+            return -1;
+        w->idx = idxs;
+        w->cap = cap;
+    }
+    w->row[w->n] = row;
+    w->idx[w->n++] = idx;
+    return 0;
+}
+
+/* The instance ``idx`` closed at ``t``: its waiting rows get their leave time. */
+static void resolve(Waiting *w, Table *t, int col, int64_t idx, int64_t leave) {
+    size_t k = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->idx[i] == idx) {
+            ((int64_t *)t->data[col])[w->row[i]] = leave;
+        } else {
+            w->row[k] = w->row[i];
+            w->idx[k++] = w->idx[i];
+        }
+    }
+    w->n = k;
+}
+
+/* Rows of ``t`` that may be handed out: those before the first still waiting. */
+static size_t ready_rows(const Waiting *w, const Table *t) {
+    size_t first = t->rows;
+    for (size_t i = 0; i < w->n; i++)
+        if (w->row[i] < first)
+            first = w->row[i];
+    return first;
+}
+
+static void waiting_handed_out(Waiting *w, size_t rows) {
+    for (size_t i = 0; i < w->n; i++)
+        w->row[i] -= rows;
+}
+
 /* Close the topmost open instance at time t (the caller reserved a row). */
 static inline void close_top(Reader *r, int64_t t, uint8_t truncated) {
     Frame f = r->stack[--r->depth];
@@ -110,6 +172,14 @@ static inline void close_top(Reader *r, int64_t t, uint8_t truncated) {
     COL(iv, 9, int64_t) = t - f.start - f.children;
     iv->rows++;
     r->truncated += truncated;
+    if (r->co_wait.n)
+        resolve(&r->co_wait, &r->co, CO_LEAVE, f.idx, t);
+    if (r->me_wait.n)
+        resolve(&r->me_wait, &r->me, ME_LEAVE, f.idx, t);
+    if (r->coll_open && r->coll_idx == f.idx) {
+        r->coll_closed = 1;
+        r->coll_leave = t;
+    }
 }
 
 static OTF2_CallbackCode on_enter(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
@@ -164,6 +234,14 @@ static OTF2_CallbackCode on_coll_begin(OTF2_LocationRef loc, OTF2_TimeStamp time
     r->coll_open = 1;
     r->coll_idx = top_idx(r);
     r->coll_t = t;
+    r->coll_closed = 0;
+    if (r->depth) {
+        r->coll_region = (int64_t)r->stack[r->depth - 1].region;
+        r->coll_start = r->stack[r->depth - 1].start;
+    } else {
+        r->coll_region = -1;
+        r->coll_start = t;
+    }
     return OTF2_CALLBACK_SUCCESS;
 }
 
@@ -194,6 +272,12 @@ static OTF2_CallbackCode on_coll_end(OTF2_LocationRef loc, OTF2_TimeStamp time, 
     COL(co, 7, int64_t) = root == UNDEFINED_U32 ? -1 : (int64_t)root;
     COL(co, 8, int64_t) = (int64_t)sent;
     COL(co, 9, int64_t) = (int64_t)recv;
+    COL(co, CO_REGION, int64_t) = r->coll_region;
+    COL(co, CO_ENTER, int64_t) = r->coll_start;
+    /* no performing instance: the records' own times */
+    COL(co, CO_LEAVE, int64_t) = r->coll_idx < 0 ? t : r->coll_leave;
+    if (r->coll_idx >= 0 && !r->coll_closed && wait_for(&r->co_wait, co->rows, r->coll_idx) < 0)
+        return out_of_memory(r);
     co->rows++;
     return OTF2_CALLBACK_SUCCESS;
 }
@@ -215,6 +299,10 @@ static OTF2_CallbackCode message(Reader *r, OTF2_TimeStamp time, int8_t directio
     COL(me, 6, int64_t) = (int64_t)length;
     COL(me, 7, int64_t) = t;
     COL(me, 8, int64_t) = top_idx(r);
+    COL(me, ME_ENTER, int64_t) = r->depth ? r->stack[r->depth - 1].start : t;
+    COL(me, ME_LEAVE, int64_t) = t;
+    if (r->depth && wait_for(&r->me_wait, me->rows, top_idx(r)) < 0)
+        return out_of_memory(r);
     me->rows++;
     return OTF2_CALLBACK_SUCCESS;
 }
@@ -360,8 +448,8 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
     r->offset = offset;
     r->resolution = resolution;
     table_init(&r->iv, 10, IV_WIDTHS);
-    table_init(&r->co, 10, CO_WIDTHS);
-    table_init(&r->me, 9, ME_WIDTHS);
+    table_init(&r->co, 13, CO_WIDTHS);
+    table_init(&r->me, 11, ME_WIDTHS);
 
     r->otf2 = OTF2_Reader_Open(anchor);
     if (r->otf2 == NULL) {
@@ -451,6 +539,10 @@ static void reader_dealloc(PyObject *self) {
     free(r->ranks);
     free(r->declared);
     free(r->stack);
+    free(r->co_wait.row);
+    free(r->co_wait.idx);
+    free(r->me_wait.row);
+    free(r->me_wait.idx);
     table_free(&r->iv);
     table_free(&r->co);
     table_free(&r->me);
@@ -477,7 +569,11 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
     const char *open_failed = NULL;
     int too_many = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (r->cur < r->nloc && r->iv.rows + r->co.rows + r->me.rows < (size_t)max_rows) {
+    /* rows waiting for their instance to close cannot be handed out yet: count only the others,
+       so that every call either hands out max_rows rows or reads on */
+    while (r->cur < r->nloc &&
+           r->iv.rows + ready_rows(&r->co_wait, &r->co) + ready_rows(&r->me_wait, &r->me) <
+               (size_t)max_rows) {
         if (r->evt == NULL && open_location(r, &open_failed, &rc) < 0)
             break;
         uint64_t got = 0;
@@ -529,7 +625,11 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
                  (unsigned long long)r->locs[r->cur]);
         return otf2_error(what, rc);
     }
-    PyObject *iv = table_take(&r->iv), *co = table_take(&r->co), *me = table_take(&r->me);
+    size_t co_ready = ready_rows(&r->co_wait, &r->co), me_ready = ready_rows(&r->me_wait, &r->me);
+    PyObject *iv = table_take(&r->iv), *co = table_take_rows(&r->co, co_ready),
+             *me = table_take_rows(&r->me, me_ready);
+    waiting_handed_out(&r->co_wait, co_ready);
+    waiting_handed_out(&r->me_wait, me_ready);
     if (!iv || !co || !me) {
         Py_XDECREF(iv);
         Py_XDECREF(co);

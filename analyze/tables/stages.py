@@ -1,0 +1,352 @@
+"""The build as stages of independent tasks, and the files the tasks hand to each other.
+
+An engine (analyze/engine/) runs each stage's tasks, in this process's threads or on a Dask
+cluster; a stage starts when the previous one is done. Tasks exchange Parquet files under
+the tables directory being built (``_work/`` for intermediate rows, removed at the end),
+never Python objects, so a task runs the same in any process on any machine that sees the
+directory, and both engines give the same tables by construction:
+
+1. ``read`` (per bucket of locations): events -> ``intervals`` and the raw collective records
+   and messages, partitioned by rank;
+2. ``prepare`` (per group of ranks): per rank, collective instances and messages with their
+   sequence numbers, written whole for step 4 and, as matching keys, hashed into buckets;
+   the candidate steps of every source, counted;
+3. ``match`` (per bucket: the shuffle): collectives grouped by communicator and sequence
+   number, messages paired by sender, receiver, communicator, tag and sequence number;
+4. ``finish`` (per group of ranks): the final ``collectives``, ``p2p``, ``steps`` and
+   ``phases`` of its ranks.
+
+What a task holds at once does not grow with the number of ranks: a read task one chunk, a
+group at most :data:`GROUP_RANKS` ranks (and the phase sweep's windows), a bucket its share of
+the matching keys.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from analyze.readers import otf2_native, otf2_python
+from analyze.readers.columns import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, Definitions, ReadStats
+from analyze.schema import (
+    COLLECTIVES,
+    COMMUNICATORS,
+    INTERVALS,
+    LOCATIONS,
+    P2P,
+    PHASES,
+    REGIONS,
+    STEPS,
+    Table,
+)
+from analyze.tables import collectives, phases, steps
+from analyze.tables.store import FORMAT, WORK, Store, literal, table_of
+
+GROUP_RANKS = 64  # ranks per prepare/finish task at most
+# Tasks are at most this big (in events) and, up to one per worker (read) or two (groups, so
+# that a slow group does not hold a stage up), at least the smaller size: small traces take
+# few tasks, each of which has fixed costs.
+READ_TASK_EVENTS = (1_000_000, 20_000_000)
+GROUP_EVENTS = 2_000_000
+PHASE_ROWS = 1_000_000  # phase rows collected before they are written
+
+# Intermediate tables under _work/ (their rows never reach the run's database).
+RAW_COLLECTIVES = table_of("raw_collectives", COLLECTIVE_COLUMNS, "rank")
+RAW_MESSAGES = table_of("raw_messages", MESSAGE_COLUMNS, "rank")
+STAGE_TABLES = (INTERVALS, COLLECTIVES, P2P, STEPS, PHASES)  # written by the tasks
+# what the shuffle gives when no rank had a collective (or a message) at all
+_NO_MATCHES = {
+    "instances": "SELECT NULL::BIGINT AS comm_id, NULL::BIGINT AS seq, NULL::BIGINT AS last_enter, "
+                 "NULL::BIGINT AS ranks_matched, NULL::BIGINT AS root_enter LIMIT 0",
+    "partners": "SELECT NULL::TINYINT AS direction, NULL::BIGINT AS sender, NULL::BIGINT AS receiver, "
+                "NULL::BIGINT AS comm_id, NULL::BIGINT AS tag, NULL::BIGINT AS seq, "
+                "NULL::BIGINT AS partner_enter_ns LIMIT 0",
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What every task of one build needs (small and picklable)."""
+
+    anchor: str
+    root: str  # the tables directory being built
+    reader: str  # native or python
+    global_offset: int
+    resolution: int
+    buckets: int  # of the shuffle
+    chunk_rows: int = 500_000
+    step_region: str | None = None
+    memory: str | None = None  # DuckDB's memory limit per process (None: DuckDB's default)
+
+    @property
+    def store(self) -> Store:
+        return Store(self.root)
+
+    @property
+    def work(self) -> Store:
+        return Store(Path(self.root) / WORK)
+
+
+@dataclass(frozen=True)
+class Plan:
+    read: list[tuple[int, list[tuple[int, int, int]]]]  # bucket number, (location, rank, events)
+    read_events: list[int]
+    groups: list[tuple[int, list[int]]]  # group number, ranks
+    buckets: int
+
+
+def plan(defs: Definitions, reader: str, workers: int) -> Plan:
+    """Split the work: locations into read buckets of similar event counts (one bucket for
+    the Python reader, which reads the whole archive at once), ranks into groups."""
+    events = sum(loc.events for loc in defs.locations)
+    small, large = READ_TASK_EVENTS
+    if reader == "native":
+        n = max(min(workers, math.ceil(events / small)), math.ceil(events / large))
+        declared = {loc.location_id: loc.events for loc in defs.locations}
+        parts = [[(loc, rank, declared[loc]) for loc, rank in b] for b in otf2_native.buckets(defs, n)]
+    else:
+        parts = [[(loc.location_id, loc.rank, loc.events) for loc in defs.locations]]
+    ranks = sorted({loc.rank for loc in defs.locations})
+    n_groups = max(math.ceil(len(ranks) / GROUP_RANKS),
+                   min(2 * workers, math.ceil(events / GROUP_EVENTS), len(ranks)), 1)
+    size = math.ceil(len(ranks) / n_groups) if ranks else 1
+    groups = [(g, ranks[i:i + size]) for g, i in enumerate(range(0, len(ranks), size))]
+    return Plan(read=list(enumerate(parts)), read_events=[sum(x[2] for x in p) for p in parts],
+                groups=groups, buckets=max(1, len(groups)))
+
+
+def prepare_directories(spec: Spec, ranks: list[int]) -> None:
+    """Every partition directory, made before any task writes (see Store.prepare)."""
+    for table in (*STAGE_TABLES, RAW_COLLECTIVES, RAW_MESSAGES):
+        (spec.work if table in (RAW_COLLECTIVES, RAW_MESSAGES) else spec.store).prepare(table, ranks)
+    for name in ("arrivals", "msg_keys"):
+        base = spec.work.root / name
+        for k in range(spec.buckets):
+            (base / f"bucket={k}").mkdir(parents=True, exist_ok=True)
+
+
+# ---- one DuckDB per process and build ------------------------------------------------------
+
+_instances: dict[str, duckdb.DuckDBPyConnection] = {}
+_lock = threading.Lock()
+
+
+def _connect(spec: Spec) -> duckdb.DuckDBPyConnection:
+    """A cursor of this process's DuckDB for ``spec``'s build: tasks running side by side in one
+    process share its memory limit, and it spills into the build's own directory."""
+    with _lock:
+        con = _instances.get(spec.root)
+        if con is None:
+            spill = Path(spec.root) / WORK / f"spill-{os.uname().nodename}-{os.getpid()}"
+            config: dict[str, Any] = {"preserve_insertion_order": False, "temp_directory": str(spill)}
+            if spec.memory is not None:
+                config["memory_limit"] = spec.memory
+            con = _instances[spec.root] = duckdb.connect(config=config)
+        return con.cursor()
+
+
+def release(root: str) -> None:
+    """Close this process's DuckDB for the build in ``root`` (called when the build ends)."""
+    with _lock:
+        con = _instances.pop(root, None)
+    if con is not None:
+        con.close()
+
+
+def _definition_views(spec: Spec, con: duckdb.DuckDBPyConnection) -> None:
+    for table in (LOCATIONS, REGIONS, COMMUNICATORS):
+        spec.store.view(con, table, temporary=True)
+
+
+# ---- 1. read -------------------------------------------------------------------------------
+
+def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
+         progress: Callable[[int], None] | None = None) -> ReadStats:
+    """Read one bucket's locations; write their intervals and raw rows. ``progress`` is
+    called with the events of each chunk (in-process engines only)."""
+    number, locations = bucket
+    if spec.reader == "native":
+        chunks = otf2_native.read_locations(Path(spec.anchor), locations, spec.global_offset,
+                                            spec.resolution, spec.chunk_rows)
+    else:
+        _, chunks = otf2_python.read(Path(spec.anchor), spec.chunk_rows)
+    con = _connect(spec)
+    stats = ReadStats()
+    try:
+        for i, chunk in enumerate(chunks):
+            tag = f"b{number}c{i}"
+            spec.store.write_columns(con, INTERVALS, chunk.intervals, tag, """
+                SELECT location_id, rank, idx, CASE WHEN parent_idx < 0 THEN NULL ELSE parent_idx END
+                       AS parent_idx, depth, region_id, start_ns, end_ns, end_ns - start_ns AS duration_ns,
+                       exclusive_ns, truncated
+                FROM {rows}""")
+            spec.work.write_columns(con, RAW_COLLECTIVES, chunk.collectives, tag)
+            spec.work.write_columns(con, RAW_MESSAGES, chunk.messages, tag)
+            if chunk.stats is not None:
+                stats = chunk.stats
+            if progress is not None and chunk.events:
+                progress(chunk.events)
+    finally:
+        con.close()
+    return stats
+
+
+# ---- 2. prepare ----------------------------------------------------------------------------
+
+def _bucket_of(spec: Spec, *keys: str) -> str:
+    """A bucket number from integer key columns (NULL counts as -1); the same on every task."""
+    mixed = " + ".join(f"coalesce({k}, -1) * {m}" for k, m in zip(keys, (1, 1_000_003, 10_007, 101, 7),
+                                                                    strict=False))
+    return f"CAST(abs({mixed}) % {spec.buckets} AS INTEGER) AS bucket"
+
+
+def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
+    """Per rank of the group: collective instances and messages with their sequence numbers,
+    their matching keys hashed into buckets, and the candidate steps; returns how many steps
+    each candidate source found."""
+    number, ranks = group
+    work = spec.work
+    con = _connect(spec)
+    try:
+        _definition_views(spec, con)
+        spec.store.view(con, INTERVALS, ranks, temporary=True)  # for the steps
+        work.view(con, RAW_COLLECTIVES, ranks, temporary=True)
+        work.view(con, RAW_MESSAGES, ranks, temporary=True)
+        collectives.create_op_names(con)
+        tag = f"g{number}"
+        rows = work.root / "coll_rows" / f"{tag}.parquet"
+        rows.parent.mkdir(parents=True, exist_ok=True)
+        con.execute(f"COPY ({collectives.collective_rows()}) TO {literal(rows)} ({FORMAT})")
+        con.execute(f"""COPY (SELECT comm_id, seq, enter_ns, is_root, {_bucket_of(spec, 'comm_id', 'seq')}
+                              FROM read_parquet({literal(rows)}))
+                        TO {literal(work.root / 'arrivals')} ({FORMAT}, PARTITION_BY (bucket),
+                           FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
+        rows = work.root / "msg_rows" / f"{tag}.parquet"
+        rows.parent.mkdir(parents=True, exist_ok=True)
+        con.execute(f"COPY ({collectives.message_rows()}) TO {literal(rows)} ({FORMAT})")
+        con.execute(f"""COPY (SELECT direction, sender, receiver, comm_id, tag, seq, enter_ns,
+                                     {_bucket_of(spec, 'sender', 'receiver', 'comm_id', 'tag', 'seq')}
+                              FROM read_parquet({literal(rows)}))
+                        TO {literal(work.root / 'msg_keys')} ({FORMAT}, PARTITION_BY (bucket),
+                           FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
+        counts = {}
+        for source in steps.SOURCES:
+            if source == "region" and spec.step_region is None:
+                continue
+            out = work.root / f"steps_{source}" / f"{tag}.parquet"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            written = con.execute(f"COPY ({steps.candidate(source, spec.step_region)}) "
+                                  f"TO {literal(out)} ({FORMAT})").fetchone()
+            counts[source] = int(written[0]) if written else 0
+        return counts
+    finally:
+        con.close()
+
+
+# ---- 3. match ------------------------------------------------------------------------------
+
+def _files(directory: Path) -> str | None:
+    """A glob of the Parquet files in ``directory``, None if it holds none."""
+    return literal(directory / "*.parquet") if directory.is_dir() and any(directory.glob("*.parquet")) else None
+
+
+def match(k: int, spec: Spec) -> None:
+    """Bucket ``k`` of the shuffle: collective instances across ranks, message partners."""
+    con = _connect(spec)
+    try:
+        for name, view, query, out in (
+                ("arrivals", "coll_rows", collectives.collective_match(), "instances"),
+                ("msg_keys", "msg_keys", collectives.message_match(), "partners")):
+            files = _files(spec.work.root / name / f"bucket={k}")
+            if files is None:
+                continue
+            (spec.work.root / out).mkdir(parents=True, exist_ok=True)
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet({files})")
+            con.execute(f"COPY ({query}) TO {literal(spec.work.root / out / f'{k}.parquet')} ({FORMAT})")
+    finally:
+        con.close()
+
+
+# ---- 4. finish -----------------------------------------------------------------------------
+
+def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
+    """The final collectives, p2p, steps and phases of the group's ranks."""
+    number, ranks = group
+    work, store, tag = spec.work, spec.store, f"g{number}"
+    con = _connect(spec)
+    try:
+        _definition_views(spec, con)
+        # a group's rows files exist even when empty; the shuffle's outputs only where rows were
+        for view, rows, matched in (("coll_rows", "coll_rows", "instances"), ("msg_rows", "msg_rows", "partners")):
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS "
+                        f"SELECT * FROM read_parquet({literal(work.root / rows / f'{tag}.parquet')})")
+            files = _files(work.root / matched)
+            if files is not None:
+                con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS SELECT * FROM read_parquet({files})")
+            else:
+                con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS {_NO_MATCHES[matched]}")
+        store.write(con, COLLECTIVES, collectives.collective_final(), tag, ranks)
+        store.write(con, P2P, collectives.message_final(), tag, ranks)
+        candidates = literal(work.root / f"steps_{source}" / f"{tag}.parquet")
+        store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
+        for table in (INTERVALS, COLLECTIVES, P2P, STEPS):
+            store.view(con, table, ranks, temporary=True)
+        _phases(spec, con, tag)
+    finally:
+        con.close()
+
+
+def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str) -> None:
+    pending: list[dict[str, np.ndarray]] = []
+    held = 0
+    written = 0
+
+    def flush() -> None:
+        nonlocal pending, held, written
+        if pending:
+            rows = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
+            spec.store.write_columns(con, PHASES, rows, f"{tag}w{written}")
+            written += 1
+        pending, held = [], 0
+
+    def emit(rank: int, step_ids: np.ndarray, totals: np.ndarray) -> None:
+        nonlocal held
+        pending.append(phases.phase_rows(rank, step_ids, totals))
+        held += len(step_ids) * len(phases.PHASES)
+        if held >= PHASE_ROWS:
+            flush()
+
+    phases.build_phases(con, emit)
+    flush()
+
+
+# ---- after the stages ----------------------------------------------------------------------
+
+def fill_empty(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> list[Table]:
+    """Give every table without rows one empty file with its columns, so that every reader
+    (DuckDB's views, Spark, pandas) finds each table, empty or not; returns those tables."""
+    filled = []
+    for table in tables:
+        if store.files(table):
+            continue
+        base = store.dir(table) / (f"{table.partition_by}=0" if table.partition_by else "")
+        base.mkdir(parents=True, exist_ok=True)
+        cols = [c for c in table.columns if c.name != table.partition_by]
+        empty = ", ".join(f"CAST(NULL AS {c.type}) AS {c.name}" for c in cols)
+        con.execute(f"COPY (SELECT {empty} LIMIT 0) TO {literal(base / 'empty.parquet')} ({FORMAT})")
+        filled.append(table)
+    return filled
+
+
+def remove_work(spec: Spec) -> None:
+    shutil.rmtree(spec.work.root, ignore_errors=True)
+
