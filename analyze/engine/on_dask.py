@@ -103,10 +103,13 @@ class DaskEngine:
 
 def _client(distributed: Any, scheduler: str | None) -> Any:
     """A client of ``scheduler`` (address or scheduler file; None: dask's configured one)."""
+    import dask
+
+    timeout = dask.config.get("distributed.comm.timeouts.connect")  # 30s unless configured
     try:
         if scheduler is not None and Path(scheduler).is_file():
-            return distributed.Client(scheduler_file=scheduler, timeout="30s")
-        return distributed.Client(scheduler, timeout="30s")
+            return distributed.Client(scheduler_file=scheduler, timeout=timeout)
+        return distributed.Client(scheduler, timeout=timeout)
     except (OSError, TimeoutError) as e:
         raise AnalyzeError(f"cannot reach the Dask scheduler {scheduler or '(configured)'} ({e}); "
                            "start it first, or leave out --scheduler for a cluster on this machine") from None

@@ -149,6 +149,7 @@ def build(
     options = {"step_region": step_region}
     if not force and is_current(paths, options):
         return paths
+    _check_link(paths)
     paths.builds.mkdir(parents=True, exist_ok=True)
     build_id = f"{time.time_ns():x}-{socket.gethostname()}-{os.getpid()}"
     root = paths.builds / build_id
@@ -280,9 +281,7 @@ def _install(paths: RunPaths, tmp_db: Path, root: Path) -> None:
     """Put a finished build in place (see the module docstring), under the run's build lock."""
     with _locked(paths.builds / "lock"):
         replaced = paths.tables.resolve() if paths.tables.is_symlink() else None
-        if paths.tables.exists() and not paths.tables.is_symlink():
-            raise AnalyzeError(f"{paths.tables} exists and is not the link analyze keeps there; "
-                               "move it away and analyze again")
+        _check_link(paths)
         os.replace(tmp_db, paths.db)
         link = paths.tables.with_name(f".{paths.tables.name}.tmp-{root.name}")
         link.unlink(missing_ok=True)
@@ -291,6 +290,12 @@ def _install(paths: RunPaths, tmp_db: Path, root: Path) -> None:
         if replaced is not None and replaced != root and replaced.parent == paths.builds:
             shutil.rmtree(replaced, ignore_errors=True)
         _collect(paths.builds, keep=root.name)
+
+
+def _check_link(paths: RunPaths) -> None:
+    if paths.tables.exists() and not paths.tables.is_symlink():
+        raise AnalyzeError(f"{paths.tables} exists and is not the link analyze keeps there; "
+                           "move it away and analyze again")
 
 
 def _collect(builds: Path, keep: str) -> None:

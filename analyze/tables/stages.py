@@ -227,7 +227,7 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         rows.parent.mkdir(parents=True, exist_ok=True)
         con.execute(f"COPY ({collectives.collective_rows()}) TO {literal(rows)} ({FORMAT})")
         con.execute(f"""COPY (SELECT comm_id, seq, enter_ns, is_root, {_bucket_of(spec, 'comm_id', 'seq')}
-                              FROM read_parquet({literal(rows)}))
+                              FROM read_parquet({work.source(f'coll_rows/{tag}.parquet')}))
                         TO {literal(work.root / 'arrivals')} ({FORMAT}, PARTITION_BY (bucket),
                            FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
         rows = work.root / "msg_rows" / f"{tag}.parquet"
@@ -235,7 +235,7 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         con.execute(f"COPY ({collectives.message_rows()}) TO {literal(rows)} ({FORMAT})")
         con.execute(f"""COPY (SELECT direction, sender, receiver, comm_id, tag, seq, enter_ns,
                                      {_bucket_of(spec, 'sender', 'receiver', 'comm_id', 'tag', 'seq')}
-                              FROM read_parquet({literal(rows)}))
+                              FROM read_parquet({work.source(f'msg_rows/{tag}.parquet')}))
                         TO {literal(work.root / 'msg_keys')} ({FORMAT}, PARTITION_BY (bucket),
                            FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
         counts = {}
@@ -254,11 +254,6 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
 
 # ---- 3. match ------------------------------------------------------------------------------
 
-def _files(directory: Path) -> str | None:
-    """A glob of the Parquet files in ``directory``, None if it holds none."""
-    return literal(directory / "*.parquet") if directory.is_dir() and any(directory.glob("*.parquet")) else None
-
-
 def match(k: int, spec: Spec) -> None:
     """Bucket ``k`` of the shuffle: collective instances across ranks, message partners."""
     con = _connect(spec)
@@ -266,7 +261,7 @@ def match(k: int, spec: Spec) -> None:
         for name, view, query, out in (
                 ("arrivals", "coll_rows", collectives.collective_match(), "instances"),
                 ("msg_keys", "msg_keys", collectives.message_match(), "partners")):
-            files = _files(spec.work.root / name / f"bucket={k}")
+            files = spec.work.source(f"{name}/bucket={k}/*.parquet")
             if files is None:
                 continue
             (spec.work.root / out).mkdir(parents=True, exist_ok=True)
@@ -288,15 +283,15 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
         # a group's rows files exist even when empty; the shuffle's outputs only where rows were
         for view, rows, matched in (("coll_rows", "coll_rows", "instances"), ("msg_rows", "msg_rows", "partners")):
             con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS "
-                        f"SELECT * FROM read_parquet({literal(work.root / rows / f'{tag}.parquet')})")
-            files = _files(work.root / matched)
+                        f"SELECT * FROM read_parquet({work.source(f'{rows}/{tag}.parquet')})")
+            files = work.source(f"{matched}/*.parquet")
             if files is not None:
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS SELECT * FROM read_parquet({files})")
             else:
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS {_NO_MATCHES[matched]}")
         store.write(con, COLLECTIVES, collectives.collective_final(), tag, ranks)
         store.write(con, P2P, collectives.message_final(), tag, ranks)
-        candidates = literal(work.root / f"steps_{source}" / f"{tag}.parquet")
+        candidates = work.source(f"steps_{source}/{tag}.parquet")
         store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
         for table in (INTERVALS, COLLECTIVES, P2P, STEPS):
             store.view(con, table, ranks, temporary=True)

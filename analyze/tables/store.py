@@ -14,6 +14,7 @@ under ``<root>/_work/``, with their own :class:`~analyze.schema.Table` declarati
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
 from collections.abc import Iterable, Mapping
@@ -59,32 +60,39 @@ class Store:
         return self.root / table.name
 
     def files(self, table: Table, parts: Iterable[int] | None = None) -> list[str]:
-        """Glob patterns of the table's files (only of partitions ``parts`` when given), for
-        the partitions that hold any."""
+        """Glob patterns, relative to the root, of the table's files (only of partitions
+        ``parts`` when given), for the partitions that hold any."""
         base = self.dir(table)
         if table.partition_by is None:
-            return [str(base / "*.parquet")] if _any_parquet(base) else []
+            return [f"{table.name}/*.parquet"] if _any_parquet(base) else []
         if parts is None:
-            return [str(base / "*" / "*.parquet")] if base.is_dir() and any(
+            return [f"{table.name}/*/*.parquet"] if base.is_dir() and any(
                 _any_parquet(d) for d in base.iterdir()) else []
-        out = []
-        for p in parts:
-            d = base / f"{table.partition_by}={p}"
-            if _any_parquet(d):
-                out.append(str(d / "*.parquet"))
-        return out
+        return [f"{table.name}/{table.partition_by}={p}/*.parquet" for p in parts
+                if _any_parquet(base / f"{table.partition_by}={p}")]
+
+    def source(self, *patterns: str) -> str | None:
+        """What read_parquet reads for the glob ``patterns`` (relative to the root): the
+        patterns, or the files they match if the root's own path holds glob characters
+        (DuckDB would take them for a pattern); None when nothing matches."""
+        root = str(self.root)
+        if any(c in root for c in "*?[]{}"):
+            files = sorted(f for p in patterns for f in glob.glob(glob.escape(root) + "/" + p))
+            return "[" + ", ".join(literal(f) for f in files) + "]" if files else None
+        if not any(glob.glob(glob.escape(root) + "/" + p) for p in patterns):
+            return None
+        return "[" + ", ".join(literal(f"{root}/{p}") for p in patterns) + "]"
 
     def scan(self, table: Table, parts: Iterable[int] | None = None) -> str:
         """A SELECT over the table's files with the declared column types, in declaration
         order; an empty relation of those types when there are no files."""
-        files = self.files(table, parts)
+        files = self.source(*self.files(table, parts))
         cols = ", ".join(f"CAST({c.name} AS {c.type}) AS {c.name}" for c in table.columns)
-        if not files:
+        if files is None:
             empty = ", ".join(f"CAST(NULL AS {c.type}) AS {c.name}" for c in table.columns)
             return f"SELECT {empty} LIMIT 0"
-        listed = "[" + ", ".join(literal(f) for f in files) + "]"
         hive = ", hive_partitioning = true" if table.partition_by else ", hive_partitioning = false"
-        return f"SELECT {cols} FROM read_parquet({listed}{hive})"
+        return f"SELECT {cols} FROM read_parquet({files}{hive})"
 
     def view(self, con: duckdb.DuckDBPyConnection, table: Table, parts: Iterable[int] | None = None,
              name: str | None = None, temporary: bool = False) -> None:
