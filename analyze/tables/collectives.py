@@ -102,7 +102,6 @@ def collective_final() -> str:
                leave_ns - enter_ns - greatest(0, least(last_arrival_ns, leave_ns) - enter_ns) AS transfer_ns,
                ranks_matched
         FROM a
-        ORDER BY rank, enter_ns, location_id, interval_idx
     """
 
 
@@ -148,5 +147,4 @@ def message_final() -> str:
         FROM msg_rows a
         LEFT JOIN partners b ON b.direction = a.direction AND b.sender = a.sender
              AND b.receiver = a.receiver AND b.comm_id = a.comm_id AND b.tag = a.tag AND b.seq = a.seq
-        ORDER BY a.rank, a.time_ns, a.location_id, a.interval_idx
     """

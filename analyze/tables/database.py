@@ -234,10 +234,11 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
     """The stages of analyze/tables/stages.py on ``engine``: stats, step source, read seconds."""
     t0 = time.perf_counter()
     plan = stages.plan(defs, reader, engine.workers)
+    main_locations, main_regions = stages.main_of(defs)
     spec = stages.Spec(anchor=str(paths.anchor), root=str(store.root), reader=reader,
                        global_offset=defs.global_offset, resolution=defs.resolution,
                        buckets=plan.buckets, chunk_rows=chunk_rows, step_region=step_region,
-                       memory=memory)
+                       memory=memory, main_locations=main_locations, main_regions=main_regions)
     stages.prepare_directories(spec, sorted({loc.rank for loc in defs.locations}))
     try:
         with _archive_errors():

@@ -32,6 +32,9 @@ from analyze.schema import COMPUTE_CATEGORIES, Category, Phase
 SYNC_IDLE, SYNC_ALLREDUCE, SYNC_OTHER, OTHER, WAIT, COMPUTE, ASYNC_IDLE, ASYNC_ALLREDUCE, ASYNC_OTHER = range(9)
 N_LEVELS = 9
 PHASES = [Phase.COMPUTE, Phase.ALLREDUCE, Phase.OTHER_COMM, Phase.IDLE, Phase.OTHER]
+# the regions of a main thread that give segments (the others count as compute)
+SEGMENT_CATEGORIES = (Category.COLLECTIVE, Category.P2P, Category.OVERHEAD, Category.RUNTIME,
+                      Category.WAIT, *COMPUTE_CATEGORIES)
 _CODE = {p: i for i, p in enumerate(PHASES)}
 
 
@@ -158,8 +161,7 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
         return "(" + ", ".join(f"'{c}'" for c in categories) + ")"
 
     comm = listed(Category.COLLECTIVE, Category.P2P)
-    kept = listed(Category.COLLECTIVE, Category.P2P, Category.OVERHEAD, Category.RUNTIME,
-                  Category.WAIT, *COMPUTE_CATEGORIES)
+    kept = listed(*SEGMENT_CATEGORIES)
     parts = [con.execute(f"""
         WITH ops AS (SELECT location_id, interval_idx, any_value(op) AS op FROM collectives
                      WHERE leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}

@@ -46,9 +46,11 @@ from analyze.schema import (
     PHASES,
     REGIONS,
     STEPS,
+    Category,
     Table,
 )
 from analyze.tables import collectives, phases, steps
+from analyze.tables.regions import classify
 from analyze.tables.store import FORMAT, WORK, Store, literal, table_of
 
 GROUP_RANKS = 64  # ranks per prepare/finish task at most
@@ -62,6 +64,12 @@ PHASE_ROWS = 1_000_000  # phase rows collected before they are written
 # Intermediate tables under _work/ (their rows never reach the run's database).
 RAW_COLLECTIVES = table_of("raw_collectives", COLLECTIVE_COLUMNS, "rank")
 RAW_MESSAGES = table_of("raw_messages", MESSAGE_COLUMNS, "rank")
+# The intervals the steps and the phase sweep look at (main threads; steps and the regions
+# that give segments): in our DDP traces about one in seven, so the later stages scan these
+# instead of every interval. The queries still filter as they would over all intervals.
+MAIN_INTERVALS = Table("main_intervals", "", INTERVALS.columns, "rank")
+MAIN_CATEGORIES = (Category.STEP, *phases.SEGMENT_CATEGORIES)
+EXTENTS = table_of("extents", {"rank": np.int32, "start_ns": np.int64, "end_ns": np.int64})
 STAGE_TABLES = (INTERVALS, COLLECTIVES, P2P, STEPS, PHASES)  # written by the tasks
 # what the shuffle gives when no rank had a collective (or a message) at all
 _NO_MATCHES = {
@@ -86,6 +94,8 @@ class Spec:
     chunk_rows: int = 500_000
     step_region: str | None = None
     memory: str | None = None  # DuckDB's memory limit per process (None: DuckDB's default)
+    main_locations: tuple[int, ...] = ()  # each rank's main thread
+    main_regions: tuple[int, ...] = ()  # regions of MAIN_CATEGORIES
 
     @property
     def store(self) -> Store:
@@ -102,6 +112,13 @@ class Plan:
     read_events: list[int]
     groups: list[tuple[int, list[int]]]  # group number, ranks
     buckets: int
+
+
+def main_of(defs: Definitions) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(main locations, regions of MAIN_CATEGORIES) for :class:`Spec`."""
+    regions = tuple(r.region_id for r in defs.regions
+                    if classify(r.name, r.paradigm, r.role) in MAIN_CATEGORIES)
+    return tuple(loc.location_id for loc in defs.locations if loc.is_main), regions
 
 
 def plan(defs: Definitions, reader: str, workers: int) -> Plan:
@@ -126,8 +143,8 @@ def plan(defs: Definitions, reader: str, workers: int) -> Plan:
 
 def prepare_directories(spec: Spec, ranks: list[int]) -> None:
     """Every partition directory, made before any task writes (see Store.prepare)."""
-    for table in (*STAGE_TABLES, RAW_COLLECTIVES, RAW_MESSAGES):
-        (spec.work if table in (RAW_COLLECTIVES, RAW_MESSAGES) else spec.store).prepare(table, ranks)
+    for table in (*STAGE_TABLES, RAW_COLLECTIVES, RAW_MESSAGES, MAIN_INTERVALS):
+        (spec.store if table in STAGE_TABLES else spec.work).prepare(table, ranks)
     for name in ("arrivals", "msg_keys"):
         base = spec.work.root / name
         for k in range(spec.buckets):
@@ -181,23 +198,46 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
         _, chunks = otf2_python.read(Path(spec.anchor), spec.chunk_rows)
     con = _connect(spec)
     stats = ReadStats()
+    main_locations = np.array(spec.main_locations, dtype=np.int64)
+    main_regions = np.array(spec.main_regions, dtype=np.int64)
+    extents: list[dict[str, np.ndarray]] = []
     try:
         for i, chunk in enumerate(chunks):
             tag = f"b{number}c{i}"
-            spec.store.write_columns(con, INTERVALS, chunk.intervals, tag, """
-                SELECT location_id, rank, idx, CASE WHEN parent_idx < 0 THEN NULL ELSE parent_idx END
-                       AS parent_idx, depth, region_id, start_ns, end_ns, end_ns - start_ns AS duration_ns,
-                       exclusive_ns, truncated
-                FROM {rows}""")
-            spec.work.write_columns(con, RAW_COLLECTIVES, chunk.collectives, tag)
+            rows = chunk.intervals
+            if len(rows["idx"]):
+                rows = {**rows, "duration_ns": rows["end_ns"] - rows["start_ns"]}
+                spec.store.write_arrays(con, INTERVALS, rows, tag, nullable=_PARENT)
+                main = np.isin(rows["location_id"], main_locations) & np.isin(rows["region_id"], main_regions)
+                spec.work.write_arrays(con, MAIN_INTERVALS, {k: v[main] for k, v in rows.items()}, tag,
+                                       nullable=_PARENT)
+                extents.append(_extents(rows))
+            spec.work.write_arrays(con, RAW_COLLECTIVES, chunk.collectives, tag)
             spec.work.write_columns(con, RAW_MESSAGES, chunk.messages, tag)
             if chunk.stats is not None:
                 stats = chunk.stats
             if progress is not None and chunk.events:
                 progress(chunk.events)
+        if extents:
+            spec.work.write_columns(con, EXTENTS, {k: np.concatenate([e[k] for e in extents])
+                                                   for k in extents[0]}, f"b{number}")
     finally:
         con.close()
     return stats
+
+
+_PARENT = frozenset({"parent_idx"})  # -1 from the readers: at the top, NULL in the table
+
+
+def _extents(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per rank in a chunk of interval rows: the first start and the last end."""
+    rank = rows["rank"]
+    order = np.argsort(rank, kind="stable") if not bool(np.all(rank[1:] >= rank[:-1])) else None
+    rank, start, end = ((rank, rows["start_ns"], rows["end_ns"]) if order is None else
+                        (rank[order], rows["start_ns"][order], rows["end_ns"][order]))
+    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    return {"rank": rank[first], "start_ns": np.minimum.reduceat(start, first),
+            "end_ns": np.maximum.reduceat(end, first)}
 
 
 # ---- 2. prepare ----------------------------------------------------------------------------
@@ -218,7 +258,6 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
     con = _connect(spec)
     try:
         _definition_views(spec, con)
-        spec.store.view(con, INTERVALS, ranks, temporary=True)  # for the steps
         work.view(con, RAW_COLLECTIVES, ranks, temporary=True)
         work.view(con, RAW_MESSAGES, ranks, temporary=True)
         collectives.create_op_names(con)
@@ -242,6 +281,15 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         for source in steps.SOURCES:
             if source == "region" and spec.step_region is None:
                 continue
+            # the steps' queries over only the intervals they can pick (see MAIN_INTERVALS)
+            if source == "marker":
+                work.view(con, MAIN_INTERVALS, ranks, name="intervals", temporary=True)
+            elif source == "region":
+                spec.store.view(con, INTERVALS, ranks, temporary=True)
+            else:
+                listed = ", ".join(str(int(r)) for r in ranks)
+                con.execute(f"CREATE OR REPLACE TEMP VIEW intervals AS SELECT * FROM ({work.scan(EXTENTS)}) "
+                            f"WHERE rank IN ({listed})")
             out = work.root / f"steps_{source}" / f"{tag}.parquet"
             out.parent.mkdir(parents=True, exist_ok=True)
             written = con.execute(f"COPY ({steps.candidate(source, spec.step_region)}) "
@@ -293,8 +341,9 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
         store.write(con, P2P, collectives.message_final(), tag, ranks)
         candidates = work.source(f"steps_{source}/{tag}.parquet")
         store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
-        for table in (INTERVALS, COLLECTIVES, P2P, STEPS):
+        for table in (COLLECTIVES, P2P, STEPS):
             store.view(con, table, ranks, temporary=True)
+        work.view(con, MAIN_INTERVALS, ranks, name="intervals", temporary=True)  # all the sweep needs
         _phases(spec, con, tag)
     finally:
         con.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import glob
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import duckdb
 import numpy as np
 
 from analyze.schema import Column, Table
+from traceio import codec
 
 WORK = "_work"
 # Parquet 2 encodings (delta-coded integers: times, ids and counters shrink to a few bits) with
@@ -109,6 +110,14 @@ class Store:
         cols = ", ".join(f"CAST({c.name} AS {c.type}) AS {c.name}" for c in table.columns)
         base = self.dir(table)
         base.mkdir(parents=True, exist_ok=True)
+        if table.partition_by is not None and parts is not None and len(parts) == 1:
+            stored = ", ".join(f"CAST({c.name} AS {c.type}) AS {c.name}" for c in table.columns
+                               if c.name != table.partition_by)
+            target = base / f"{table.partition_by}={parts[0]}"
+            target.mkdir(exist_ok=True)
+            con.execute(f"COPY (SELECT {stored} FROM ({select}) WHERE {table.partition_by} = {int(parts[0])}) "
+                        f"TO {literal(target / f'{tag}.parquet')} ({FORMAT})")
+            return
         if table.partition_by is not None and parts is not None and len(parts) <= SPLIT_COPIES:
             stored = ", ".join(f"CAST({c.name} AS {c.type}) AS {c.name}" for c in table.columns
                                if c.name != table.partition_by)
@@ -135,28 +144,10 @@ class Store:
         ``select`` (which names them ``{rows}``). A few partitions are written one file each
         from slices of the columns, which costs half as much as DuckDB's partitioned COPY."""
         key = table.partition_by
-        values = columns[key] if key is not None else next(iter(columns.values()))
-        if not len(values):
-            return
         name = f"rows_{threading.get_ident()}"
-        parts: list[tuple[int | None, dict[str, np.ndarray]]]
-        if key is None:
-            parts = [(None, dict(columns))]
-        else:
-            if len(values) > 1 and not bool(np.all(values[1:] >= values[:-1])):
-                order = np.argsort(values, kind="stable")
-                columns = {k: v[order] for k, v in columns.items()}
-                values = columns[key]
-            starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
-            if len(starts) > SPLIT_COPIES:
-                parts = [(None, dict(columns))]
-            else:
-                ends = np.r_[starts[1:], len(values)]
-                parts = [(int(values[a]), {k: v[a:b] for k, v in columns.items()})
-                         for a, b in zip(starts, ends, strict=True)]
         cols = ", ".join(f"CAST({c.name} AS {c.type}) AS {c.name}" for c in table.columns
                          if c.name != key)
-        for part, rows in parts:
+        for part, rows in _split(columns, key):
             con.register(name, rows)
             try:
                 query = select.format(rows=name)
@@ -170,6 +161,26 @@ class Store:
             finally:
                 con.unregister(name)
 
+    def write_arrays(self, con: duckdb.DuckDBPyConnection, table: Table, columns: Mapping[str, np.ndarray],
+                     tag: str, nullable: frozenset[str] = frozenset()) -> None:
+        """Write numpy columns that are exactly the table's (integers and booleans; negative
+        values of ``nullable`` columns are NULL) with the codec's Parquet writer, which takes
+        a tenth of DuckDB's time; through DuckDB where the codec is not built."""
+        native = codec.native()
+        kinds = {"BIGINT": "int64", "INTEGER": "int32", "BOOLEAN": "bool"}
+        if native is None or any(c.type not in kinds for c in table.columns):
+            nulls = {c: f"CASE WHEN {c} < 0 THEN NULL ELSE {c} END AS {c}" for c in nullable}
+            select = "SELECT " + ", ".join(nulls.get(c.name, c.name) for c in table.columns) + " FROM {rows}"
+            self.write_columns(con, table, columns, tag, select)
+            return
+        key = table.partition_by
+        for part, rows in _split(columns, key, limit=None):
+            target = self.dir(table) if part is None else self.dir(table) / f"{key}={part}"
+            target.mkdir(parents=True, exist_ok=True)
+            spec = [(c.name, kinds[c.type], np.ascontiguousarray(rows[c.name], dtype=_DTYPES[c.type]),
+                     c.name in nullable) for c in table.columns if c.name != key]
+            native.write_parquet(str(target / f"{tag}.parquet"), spec, "dltrace")
+
     def prepare(self, table: Table, parts: Iterable[int]) -> None:
         """Create the partition directories up front: writers in several processes then never
         race to create the same one."""
@@ -178,6 +189,33 @@ class Store:
         if table.partition_by is not None:
             for p in parts:
                 (base / f"{table.partition_by}={p}").mkdir(exist_ok=True)
+
+
+_DTYPES = {"BIGINT": np.int64, "INTEGER": np.int32, "BOOLEAN": np.bool_}
+
+
+def _split(columns: Mapping[str, np.ndarray], key: str | None, limit: int | None = SPLIT_COPIES,
+           ) -> Iterator[tuple[int | None, dict[str, np.ndarray]]]:
+    """(partition, its rows) for the rows' partitions, or (None, all rows) when the table is
+    not partitioned or the rows hold more than ``limit`` partitions (written by DuckDB's
+    partitioned COPY then); nothing for no rows."""
+    values = columns[key] if key is not None else next(iter(columns.values()))
+    if not len(values):
+        return
+    if key is None:
+        yield None, dict(columns)
+        return
+    if len(values) > 1 and not bool(np.all(values[1:] >= values[:-1])):
+        order = np.argsort(values, kind="stable")
+        columns = {k: v[order] for k, v in columns.items()}
+        values = columns[key]
+    starts = np.flatnonzero(np.r_[True, values[1:] != values[:-1]])
+    if limit is not None and len(starts) > limit:
+        yield None, dict(columns)
+        return
+    ends = np.r_[starts[1:], len(values)]
+    for a, b in zip(starts, ends, strict=True):
+        yield int(values[a]), {k: v[a:b] for k, v in columns.items()}
 
 
 def _any_parquet(directory: Path) -> bool:

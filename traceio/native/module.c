@@ -141,6 +141,10 @@ static PyMethodDef methods[] = {
      "replay_thread(records, loc, step, tail, discard, end_t, region_map, comm_map)\n"
      "    -> (records, steps, closed, bad)\n"
      "The merge's per-thread normalization (instrument.merge._replay_thread)."},
+    {"write_parquet", native_write_parquet, METH_VARARGS,
+     "write_parquet(path, columns, created_by) -> bytes written\n"
+     "columns: [(name, 'int64'|'int32'|'bool', buffer, negative_is_null)], equal rows.\n"
+     "One Parquet file, integers DELTA_BINARY_PACKED, uncompressed (see parquet.c)."},
     {"lanes", native_lanes, METH_VARARGS,
      "lanes(records, first_index) -> [(index, records)]\n"
      "First-fit lanes for time-sorted asynchronous collectives (instrument.merge._lanes)."},

@@ -1,9 +1,10 @@
 /* Shared declarations of the native OTF2 codec (module analyze._otf2native).
  *
- * The module has three parts, one file each: reader.c (OTF2 events -> interval, collective
+ * The module has four parts, one file each: reader.c (OTF2 events -> interval, collective
  * and message columns, the rules of analyze/columns.py), writer.c (an ArchiveSpec -> an OTF2
- * archive, as instrument/otf2_writer.py writes it) and replay.c (the merge's per-thread
- * normalization and lane assignment, as instrument/merge.py does it). Results cross into
+ * archive, as instrument/otf2_writer.py writes it), replay.c (the merge's per-thread
+ * normalization and lane assignment, as instrument/merge.py does it) and parquet.c (columns
+ * -> a Parquet file, for the analysis' tables). Results cross into
  * Python as Column objects: malloc'd memory exposed through the buffer protocol, so numpy
  * wraps them without a copy.
  */
@@ -61,5 +62,6 @@ extern PyTypeObject ReaderType;
 PyObject *native_write_archive(PyObject *self, PyObject *args);
 PyObject *native_replay_thread(PyObject *self, PyObject *args);
 PyObject *native_lanes(PyObject *self, PyObject *args);
+PyObject *native_write_parquet(PyObject *self, PyObject *args);
 
 #endif
