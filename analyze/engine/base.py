@@ -2,13 +2,35 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
+
+
+@dataclass
+class StageTime:
+    """How one stage ran: its tasks, its wall time, the tasks' summed and longest times (s).
+    With W workers a stage takes at least max(busy / W, longest): what bench/ predicts from."""
+
+    label: str
+    tasks: int
+    wall: float
+    busy: float
+    longest: float
+
+
+def timed_call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Any, float]:
+    """``(fn(*args, **kwargs), seconds it took)``, measured where the task runs."""
+    t0 = time.perf_counter()
+    result = fn(*args, **kwargs)
+    return result, time.perf_counter() - t0
 
 
 class Engine(Protocol):
     name: str
     workers: int  # tasks that can run at once: the planner splits the work by it
+    stages: list[StageTime]  # one per run(), in order
 
     def run(self, label: str, fn: Callable[..., Any], items: Sequence[Any], *args: Any,
             sizes: Sequence[int] | None = None, unit: str = "tasks",

@@ -7,11 +7,12 @@ operations), so threads use every core without copying data between processes.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from analyze.engine.base import cores
+from analyze.engine.base import StageTime, cores, timed_call
 from analyze.engine.progress import Progress
 
 
@@ -20,6 +21,7 @@ class LocalEngine:
 
     def __init__(self, workers: int | None = None):
         self.workers = max(1, workers or cores())
+        self.stages: list[StageTime] = []
         self._terminal = Progress.terminal()
 
     def run(self, label: str, fn: Callable[..., Any], items: Sequence[Any], *args: Any,
@@ -28,8 +30,9 @@ class LocalEngine:
         sizes = list(sizes) if sizes is not None else [1] * len(items)
         progress = Progress(label, sum(sizes), unit, self._terminal)
         kwargs = {"progress": progress.add} if partial_progress else {}
+        t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"analyze-{label}") as pool:
-            futures: list[Future[Any]] = [pool.submit(fn, item, *args, **kwargs) for item in items]
+            futures: list[Future[Any]] = [pool.submit(timed_call, fn, item, *args, **kwargs) for item in items]
             if not partial_progress:
                 for fut, size in zip(futures, sizes, strict=True):
                     fut.add_done_callback(_adder(progress, size))
@@ -41,7 +44,11 @@ class LocalEngine:
                         fut.cancel()
                     wait(futures)
                     raise failed.exception()  # type: ignore[misc]
-                return [f.result() for f in futures]
+                results = [f.result() for f in futures]
+                times = [t for _, t in results]
+                self.stages.append(StageTime(label, len(items), time.perf_counter() - t0, sum(times),
+                                             max(times, default=0.0)))
+                return [r for r, _ in results]
             finally:
                 wait(futures)
                 progress.close()

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from analyze.engine.base import cores
+from analyze.engine.base import StageTime, cores, timed_call
 from analyze.engine.progress import Progress
 from analyze.errors import AnalyzeError
 
@@ -33,6 +34,7 @@ class DaskEngine:
 
     def __init__(self, client: Any, cluster: Any = None):
         self.client = client
+        self.stages: list[StageTime] = []
         self._cluster = cluster  # closed with the engine when we started it
         self._terminal = Progress.terminal()
         info = client.scheduler_info(n_workers=-1)
@@ -73,7 +75,8 @@ class DaskEngine:
 
         sizes = list(sizes) if sizes is not None else [1] * len(items)
         progress = Progress(label, sum(sizes), unit, self._terminal)
-        futures = [self.client.submit(fn, item, *args, pure=False) for item in items]
+        t0 = time.perf_counter()
+        futures = [self.client.submit(timed_call, fn, item, *args, pure=False) for item in items]
         size_of = {f.key: n for f, n in zip(futures, sizes, strict=True)}
         try:
             for fut in as_completed(futures):
@@ -81,9 +84,13 @@ class DaskEngine:
                     self.client.cancel(futures)
                     fut.result()  # raises the task's exception, with its traceback
                 progress.add(size_of[fut.key])
-            return self.client.gather(futures)
+            results = self.client.gather(futures)
         finally:
             progress.close()
+        times = [t for _, t in results]
+        self.stages.append(StageTime(label, len(items), time.perf_counter() - t0, sum(times),
+                                     max(times, default=0.0)))
+        return [r for r, _ in results]
 
     def everywhere(self, fn: Callable[..., Any], *args: Any) -> None:
         self.client.run(fn, *args)

@@ -19,12 +19,14 @@ rebuilds. Another database path (``db``) keeps its tables beside it, in ``<stem>
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import hashlib
 import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,7 +42,7 @@ from analyze.engine import Engine, make
 from analyze.errors import AnalyzeError
 from analyze.readers import dispatch
 from analyze.readers.columns import Definitions, ReadStats
-from analyze.schema import COMMUNICATORS, LOCATIONS, REGIONS, SCHEMA_VERSION, TABLES, Table
+from analyze.schema import BY_NAME, COMMUNICATORS, LOCATIONS, REGIONS, SCHEMA_VERSION, TABLES, Table
 from analyze.tables import stages, steps
 from analyze.tables.regions import classify
 from analyze.tables.store import Store
@@ -188,7 +190,8 @@ def _build_config() -> dict[str, Any]:
     memory = os.environ.get("DLTRACE_BUILD_MEMORY") or DEFAULT_BUILD_MEMORY
     if memory.lower() != "default":
         try:
-            duckdb.connect(config={"memory_limit": memory}).close()
+            if memory != DEFAULT_BUILD_MEMORY:  # a size DuckDB accepts: one it can be set to
+                duckdb.connect(config={"memory_limit": memory}).close()
         except duckdb.Error:
             raise AnalyzeError(f"DLTRACE_BUILD_MEMORY={memory!r} is not a memory size; "
                                "give one like 2GB or 500MB, or 'default' for DuckDB's own") from None
@@ -199,6 +202,7 @@ def _build_config() -> dict[str, Any]:
 def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: Engine, chunk_rows: int,
           step_region: str | None, signature: str, reader: str, memory: str | None) -> None:
     t0 = time.perf_counter()
+    first_stage = len(engine.stages)  # an engine may have built other runs before
     store = Store(root)
     notice = dispatch.fallback_notice(reader)
     if notice:
@@ -215,7 +219,8 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
     for table in stages.STAGE_TABLES:
         store.view(con, table)
     _run_row(con, paths, defs, stats, used)
-    _export(con, store, tuple(t for t in TABLES if _is_table(con, t.name)))
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
+    _export(con, store, tuple(t for t in TABLES if t.name in tables))
     for table in stages.fill_empty(con, store, TABLES):
         store.view(con, table)  # was a view of no files
     con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
@@ -225,6 +230,7 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
         ("unmatched_collective_ends", str(stats.unmatched_collective_ends)), ("tables", str(root)),
         # how the build ran and where its time went (bench/ reads these; not part of the results)
         ("engine", engine.name), ("engine_workers", str(engine.workers)),
+        ("stages", json.dumps([dataclasses.asdict(t) for t in engine.stages[first_stage:]])),
         ("read_seconds", f"{read_s:.3f}"), ("derive_seconds", f"{time.perf_counter() - t0 - read_s:.3f}"),
     ])
 
@@ -238,8 +244,9 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
     spec = stages.Spec(anchor=str(paths.anchor), root=str(store.root), reader=reader,
                        global_offset=defs.global_offset, resolution=defs.resolution,
                        buckets=plan.buckets, chunk_rows=chunk_rows, step_region=step_region,
-                       memory=memory, main_locations=main_locations, main_regions=main_regions)
-    stages.prepare_directories(spec, sorted({loc.rank for loc in defs.locations}))
+                       memory=memory, main_locations=main_locations, main_regions=main_regions,
+                       group_starts=plan.group_starts)
+    stages.prepare_directories(spec)
     try:
         with _archive_errors():
             parts = engine.run(f"reading {paths.anchor.name}", stages.read, plan.read, spec,
@@ -264,12 +271,6 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
     return stats, source, read_s
 
 
-def _is_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    row = con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ? AND NOT temporary",
-                      [name]).fetchone()
-    return bool(row and row[0])
-
-
 def _export(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> None:
     """DuckDB tables -> Parquet files (partitioned as declared), each replaced by a view."""
     for table in tables:
@@ -289,7 +290,7 @@ def _install(paths: RunPaths, tmp_db: Path, root: Path) -> None:
         link.symlink_to(Path(paths.builds.name) / root.name)
         os.replace(link, paths.tables)
         if replaced is not None and replaced != root and replaced.parent == paths.builds:
-            shutil.rmtree(replaced, ignore_errors=True)
+            _remove([replaced])
         _collect(paths.builds, keep=root.name)
 
 
@@ -301,15 +302,44 @@ def _check_link(paths: RunPaths) -> None:
 
 def _collect(builds: Path, keep: str) -> None:
     """Remove the tables of builds whose process on this host is gone without installing them
-    (killed, or crashed before cleaning up)."""
+    (killed, or crashed before cleaning up), and what an earlier removal left."""
     host = socket.gethostname()
+    gone = []
     for entry in builds.iterdir():
         if entry.name in (keep, "lock") or not entry.is_dir():
             continue
-        _, _, rest = entry.name.partition("-")
+        _, _, rest = entry.name.removesuffix(REMOVING).partition("-")
         owner, _, pid = rest.rpartition("-")
-        if owner == host and pid.isdigit() and not _alive(int(pid)):
-            shutil.rmtree(entry, ignore_errors=True)
+        if entry.name.endswith(REMOVING) or (owner == host and pid.isdigit() and not _alive(int(pid))):
+            gone.append(entry)
+    _remove(gone)
+
+
+REMOVING = ".removing"
+# A build's tables hold a folder per rank and table: removing those of thousands of ranks takes
+# tens of seconds of file system work (a millisecond per entry on our test machine), left to a
+# process of its own so that analyze returns at once.
+REMOVE_IN_BACKGROUND_RANKS = 64
+
+
+def _remove(builds: list[Path]) -> None:
+    later = []
+    for build in builds:
+        target = build if build.name.endswith(REMOVING) else build.with_name(build.name + REMOVING)
+        try:
+            if target != build:
+                os.rename(build, target)
+            ranks = sum(1 for _ in os.scandir(target / "intervals")) if (target / "intervals").is_dir() else 0
+        except OSError:
+            continue
+        if ranks > REMOVE_IN_BACKGROUND_RANKS:
+            later.append(str(target))
+        else:
+            shutil.rmtree(target, ignore_errors=True)
+    if later:
+        subprocess.Popen([sys.executable, "-c", "import shutil, sys\nfor p in sys.argv[1:]: shutil.rmtree(p, True)",
+                          *later], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
 
 
 def _alive(pid: int) -> bool:
@@ -375,12 +405,20 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> No
 
 
 def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions) -> None:
-    _insert(con, "locations", [
-        (x.location_id, x.rank, x.thread, x.name, x.kind, x.is_main, x.events) for x in defs.locations])
-    _insert(con, "regions", [
-        (r.region_id, r.name, r.canonical_name, r.paradigm, r.role,
-         str(classify(r.name, r.paradigm, r.role)), r.source_file, r.begin_line) for r in defs.regions])
-    _insert(con, "communicators", [(c.comm_id, c.name, len(c.members), c.members) for c in defs.comms])
+    # through a DataFrame: executemany takes about a millisecond per row (8,192 locations: 8 s)
+    for table, rows in (
+        ("locations", [(x.location_id, x.rank, x.thread, x.name, x.kind, x.is_main, x.events)
+                       for x in defs.locations]),
+        ("regions", [(r.region_id, r.name, r.canonical_name, r.paradigm, r.role,
+                      str(classify(r.name, r.paradigm, r.role)), r.source_file, r.begin_line)
+                     for r in defs.regions]),
+        ("communicators", [(c.comm_id, c.name, len(c.members), c.members) for c in defs.comms]),
+    ):
+        if rows:
+            frame = pd.DataFrame(rows, columns=BY_NAME[table].names)
+            con.register("definition_rows", frame)
+            con.execute(f"INSERT INTO {table} SELECT * FROM definition_rows")
+            con.unregister("definition_rows")
 
 
 def _run_row(con: duckdb.DuckDBPyConnection, paths: RunPaths, defs: Definitions, stats: ReadStats,

@@ -47,6 +47,7 @@ from analyze.schema import (
     REGIONS,
     STEPS,
     Category,
+    Column,
     Table,
 )
 from analyze.tables import collectives, phases, steps
@@ -60,14 +61,17 @@ GROUP_RANKS = 64  # ranks per prepare/finish task at most
 READ_TASK_EVENTS = (1_000_000, 20_000_000)
 GROUP_EVENTS = 2_000_000
 PHASE_ROWS = 1_000_000  # phase rows collected before they are written
+MATERIALIZE_ROWS = 2_000_000  # a group's collectives and messages held in memory up to this many
 
 # Intermediate tables under _work/ (their rows never reach the run's database).
-RAW_COLLECTIVES = table_of("raw_collectives", COLLECTIVE_COLUMNS, "rank")
-RAW_MESSAGES = table_of("raw_messages", MESSAGE_COLUMNS, "rank")
+# They are partitioned by group of ranks (a task's share): a group task then reads a few files,
+# not a few per rank, which for thousands of small ranks is most of its time.
+RAW_COLLECTIVES = table_of("raw_collectives", {**COLLECTIVE_COLUMNS, "rank_group": np.int32}, "rank_group")
+RAW_MESSAGES = table_of("raw_messages", {**MESSAGE_COLUMNS, "rank_group": np.int32}, "rank_group")
 # The intervals the steps and the phase sweep look at (main threads; steps and the regions
 # that give segments): in our DDP traces about one in seven, so the later stages scan these
 # instead of every interval. The queries still filter as they would over all intervals.
-MAIN_INTERVALS = Table("main_intervals", "", INTERVALS.columns, "rank")
+MAIN_INTERVALS = Table("main_intervals", "", (*INTERVALS.columns, Column("rank_group", "INTEGER", "")), "rank_group")
 MAIN_CATEGORIES = (Category.STEP, *phases.SEGMENT_CATEGORIES)
 EXTENTS = table_of("extents", {"rank": np.int32, "start_ns": np.int64, "end_ns": np.int64})
 STAGE_TABLES = (INTERVALS, COLLECTIVES, P2P, STEPS, PHASES)  # written by the tasks
@@ -96,6 +100,10 @@ class Spec:
     memory: str | None = None  # DuckDB's memory limit per process (None: DuckDB's default)
     main_locations: tuple[int, ...] = ()  # each rank's main thread
     main_regions: tuple[int, ...] = ()  # regions of MAIN_CATEGORIES
+    group_starts: tuple[int, ...] = (0,)  # the first rank of each group (Plan.groups)
+
+    def group_of(self, ranks: np.ndarray) -> np.ndarray:
+        return (np.searchsorted(np.array(self.group_starts), ranks, side="right") - 1).astype(np.int32)
 
     @property
     def store(self) -> Store:
@@ -110,8 +118,12 @@ class Spec:
 class Plan:
     read: list[tuple[int, list[tuple[int, int, int]]]]  # bucket number, (location, rank, events)
     read_events: list[int]
-    groups: list[tuple[int, list[int]]]  # group number, ranks
+    groups: list[tuple[int, list[int]]]  # group number, ranks (consecutive)
     buckets: int
+
+    @property
+    def group_starts(self) -> tuple[int, ...]:
+        return tuple(ranks[0] for _, ranks in self.groups) or (0,)
 
 
 def main_of(defs: Definitions) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -141,10 +153,11 @@ def plan(defs: Definitions, reader: str, workers: int) -> Plan:
                 groups=groups, buckets=max(1, len(groups)))
 
 
-def prepare_directories(spec: Spec, ranks: list[int]) -> None:
-    """Every partition directory, made before any task writes (see Store.prepare)."""
-    for table in (*STAGE_TABLES, RAW_COLLECTIVES, RAW_MESSAGES, MAIN_INTERVALS):
-        (spec.store if table in STAGE_TABLES else spec.work).prepare(table, ranks)
+def prepare_directories(spec: Spec) -> None:
+    """The directories the shuffle's writers share (each rank's own are made by the tasks
+    that write it: a group task its ranks', a read task a rank's intervals as they come)."""
+    for table in (RAW_COLLECTIVES, RAW_MESSAGES, MAIN_INTERVALS):
+        spec.work.prepare(table, range(len(spec.group_starts)))
     for name in ("arrivals", "msg_keys"):
         base = spec.work.root / name
         for k in range(spec.buckets):
@@ -209,11 +222,13 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
                 rows = {**rows, "duration_ns": rows["end_ns"] - rows["start_ns"]}
                 spec.store.write_arrays(con, INTERVALS, rows, tag, nullable=_PARENT)
                 main = np.isin(rows["location_id"], main_locations) & np.isin(rows["region_id"], main_regions)
-                spec.work.write_arrays(con, MAIN_INTERVALS, {k: v[main] for k, v in rows.items()}, tag,
-                                       nullable=_PARENT)
+                main_rows = {k: v[main] for k, v in rows.items()}
+                spec.work.write_arrays(con, MAIN_INTERVALS, {**main_rows, "rank_group": spec.group_of(main_rows["rank"])},
+                                       tag, nullable=_PARENT)
                 extents.append(_extents(rows))
-            spec.work.write_arrays(con, RAW_COLLECTIVES, chunk.collectives, tag)
-            spec.work.write_columns(con, RAW_MESSAGES, chunk.messages, tag)
+            for table, raw in ((RAW_COLLECTIVES, chunk.collectives), (RAW_MESSAGES, chunk.messages)):
+                if len(raw["rank"]):
+                    spec.work.write_arrays(con, table, {**raw, "rank_group": spec.group_of(raw["rank"])}, tag)
             if chunk.stats is not None:
                 stats = chunk.stats
             if progress is not None and chunk.events:
@@ -258,8 +273,8 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
     con = _connect(spec)
     try:
         _definition_views(spec, con)
-        work.view(con, RAW_COLLECTIVES, ranks, temporary=True)
-        work.view(con, RAW_MESSAGES, ranks, temporary=True)
+        work.view(con, RAW_COLLECTIVES, [number], temporary=True)
+        work.view(con, RAW_MESSAGES, [number], temporary=True)
         collectives.create_op_names(con)
         tag = f"g{number}"
         rows = work.root / "coll_rows" / f"{tag}.parquet"
@@ -283,7 +298,7 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
                 continue
             # the steps' queries over only the intervals they can pick (see MAIN_INTERVALS)
             if source == "marker":
-                work.view(con, MAIN_INTERVALS, ranks, name="intervals", temporary=True)
+                work.view(con, MAIN_INTERVALS, [number], name="intervals", temporary=True)
             elif source == "region":
                 spec.store.view(con, INTERVALS, ranks, temporary=True)
             else:
@@ -325,6 +340,8 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
     """The final collectives, p2p, steps and phases of the group's ranks."""
     number, ranks = group
     work, store, tag = spec.work, spec.store, f"g{number}"
+    for table in (COLLECTIVES, P2P, STEPS, PHASES):  # DuckDB's partitioned writes need them
+        store.prepare(table, ranks)
     con = _connect(spec)
     try:
         _definition_views(spec, con)
@@ -337,13 +354,22 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS SELECT * FROM read_parquet({files})")
             else:
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS {_NO_MATCHES[matched]}")
-        store.write(con, COLLECTIVES, collectives.collective_final(), tag, ranks)
-        store.write(con, P2P, collectives.message_final(), tag, ranks)
+        counted = con.execute("SELECT (SELECT count(*) FROM coll_rows) + (SELECT count(*) FROM msg_rows)").fetchone()
+        if counted is not None and counted[0] <= MATERIALIZE_ROWS:
+            # kept for the phase sweep, which would otherwise read them back rank by rank
+            con.execute(f"CREATE OR REPLACE TEMP TABLE collectives AS {collectives.collective_final()}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE p2p AS {collectives.message_final()}")
+            store.write(con, COLLECTIVES, "SELECT * FROM collectives", tag, ranks)
+            store.write(con, P2P, "SELECT * FROM p2p", tag, ranks)
+        else:
+            store.write(con, COLLECTIVES, collectives.collective_final(), tag, ranks)
+            store.write(con, P2P, collectives.message_final(), tag, ranks)
+            for table in (COLLECTIVES, P2P):
+                store.view(con, table, ranks, temporary=True)
         candidates = work.source(f"steps_{source}/{tag}.parquet")
         store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
-        for table in (COLLECTIVES, P2P, STEPS):
-            store.view(con, table, ranks, temporary=True)
-        work.view(con, MAIN_INTERVALS, ranks, name="intervals", temporary=True)  # all the sweep needs
+        con.execute(f"CREATE OR REPLACE TEMP VIEW steps AS SELECT * FROM read_parquet({candidates})")
+        work.view(con, MAIN_INTERVALS, [number], name="intervals", temporary=True)  # all the sweep needs
         _phases(spec, con, tag)
     finally:
         con.close()

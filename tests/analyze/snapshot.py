@@ -9,7 +9,7 @@ import duckdb
 from analyze.schema import TABLES
 
 # build_info keys that say how, where and how fast a build ran, not what it found
-HOW = ("signature", "tables", "engine", "engine_workers", "read_seconds", "derive_seconds")
+HOW = ("signature", "tables", "engine", "engine_workers", "stages", "read_seconds", "derive_seconds")
 
 
 def snapshot(db: Path, *, runs_exclude: str = "") -> dict[str, list[tuple]]:
