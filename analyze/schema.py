@@ -343,7 +343,10 @@ SWEEP_TABLES = (COMPARISON, CONFIGURATIONS, SPEEDUPS, VARIATION, FITS, ALLREDUCE
 
 def markdown() -> str:
     """The schema as Markdown (docs/schema.md is generated from this)."""
-    out = ["# Tables written by `analyze phases`", "", __doc__.strip().split("\n\n", 1)[1], ""]
+    out = ["# Tables written by `analyze phases`", "", __doc__.strip().split("\n\n", 1)[1], "",
+           "Each table is a Parquet dataset, `RUN/tables/<table>/`; those marked *per rank* are "
+           "split into one folder per rank (`rank=N/`, hive style: the rank is in the folder "
+           "name, not in the files). `RUN/trace.duckdb` holds a view of each (docs/scale.md).", ""]
     out += _markdown_tables(TABLES)
     out += ["## Categorical values", ""]
     out += [f"- `phase`: {', '.join(p.value for p in Phase)}"]
@@ -357,7 +360,8 @@ def markdown() -> str:
 def _markdown_tables(tables: tuple[Table, ...]) -> list[str]:
     out = []
     for t in tables:
-        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | meaning |", "|---|---|---|"]
+        where = f" Per {t.partition_by}: `{t.name}/{t.partition_by}=N/`." if t.partition_by else ""
+        out += [f"## `{t.name}`", "", t.doc + where, "", "| column | type | meaning |", "|---|---|---|"]
         out += [f"| `{c.name}` | {c.type} | {c.doc} |" for c in t.columns]
         out.append("")
     return out

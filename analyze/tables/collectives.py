@@ -64,9 +64,12 @@ def collective_rows() -> str:
                        PARTITION BY rank, comm_id
                        ORDER BY enter_ns, location_id, interval_idx, begin_ns) - 1 AS seq
             FROM c
-        )
-        SELECT s.* EXCLUDE (begin_ns), coalesce(s.rank = cm.members[s.root + 1], false) AS is_root
-        FROM s LEFT JOIN communicators cm USING (comm_id)
+        ),
+        -- each communicator's members by position: an equality join, not a list lookup per row
+        roots AS (SELECT comm_id, unnest(range(0, len(members))) AS root, unnest(members) AS root_rank
+                  FROM communicators)
+        SELECT s.* EXCLUDE (begin_ns), coalesce(s.rank = r.root_rank, false) AS is_root
+        FROM s LEFT JOIN roots r ON r.comm_id = s.comm_id AND r.root = s.root
     """
 
 

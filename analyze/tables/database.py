@@ -8,7 +8,8 @@ Layout, for the default database ``RUN/trace.duckdb``::
 
 Each build writes a new ``<id>`` directory and a temporary database whose views name it;
 under a lock it then renames the database into place, moves the ``tables`` link, and removes
-the build it replaced (and those of builds whose process died). An interrupted or failed
+the builds before the one it replaced (and those of builds whose process died): a reader of
+the database just replaced keeps its files until the next build. An interrupted or failed
 build therefore never leaves a half-written database or table, two analyses of the same run
 at once each produce a whole one (the last one installed wins), and the database and the
 files it views always belong to the same build. A database is reused while it is newer than the archive and
@@ -284,14 +285,19 @@ def _install(paths: RunPaths, tmp_db: Path, root: Path) -> None:
     with _locked(paths.builds / "lock"):
         replaced = paths.tables.resolve() if paths.tables.is_symlink() else None
         _check_link(paths)
+        (root / INSTALLED).touch()
         os.replace(tmp_db, paths.db)
         link = paths.tables.with_name(f".{paths.tables.name}.tmp-{root.name}")
         link.unlink(missing_ok=True)
         link.symlink_to(Path(paths.builds.name) / root.name)
         os.replace(link, paths.tables)
-        if replaced is not None and replaced != root and replaced.parent == paths.builds:
-            _remove([replaced])
-        _collect(paths.builds, keep=root.name)
+        # the build just replaced stays until the next one: whoever opened its database a
+        # moment ago (another analysis of this run printing its summary) can still read it
+        keep = {root.name} | ({replaced.name} if replaced is not None else set())
+        _collect(paths.builds, keep)
+
+
+INSTALLED = ".installed"  # in a build's folder once a database has viewed it
 
 
 def _check_link(paths: RunPaths) -> None:
@@ -300,17 +306,19 @@ def _check_link(paths: RunPaths) -> None:
                            "move it away and analyze again")
 
 
-def _collect(builds: Path, keep: str) -> None:
-    """Remove the tables of builds whose process on this host is gone without installing them
-    (killed, or crashed before cleaning up), and what an earlier removal left."""
+def _collect(builds: Path, keep: set[str]) -> None:
+    """Remove the tables of builds no database views any more (installed, then replaced twice),
+    of builds whose process on this host is gone without installing them (killed, or crashed
+    before cleaning up), and what an earlier removal left."""
     host = socket.gethostname()
     gone = []
     for entry in builds.iterdir():
-        if entry.name in (keep, "lock") or not entry.is_dir():
+        if entry.name in keep or not entry.is_dir():
             continue
         _, _, rest = entry.name.removesuffix(REMOVING).partition("-")
         owner, _, pid = rest.rpartition("-")
-        if entry.name.endswith(REMOVING) or (owner == host and pid.isdigit() and not _alive(int(pid))):
+        if (entry.name.endswith(REMOVING) or (entry / INSTALLED).exists()
+                or (owner == host and pid.isdigit() and not _alive(int(pid)))):
             gone.append(entry)
     _remove(gone)
 

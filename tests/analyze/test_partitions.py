@@ -7,6 +7,7 @@ import json
 import os
 import re
 import socket
+import time
 from pathlib import Path
 
 import duckdb
@@ -29,7 +30,7 @@ def run(tmp_path: Path) -> Path:
 
 
 def builds(run: Path) -> list[str]:
-    return sorted(p.name for p in (run / ".tables").iterdir() if p.name != "lock")
+    return sorted(p.name for p in (run / ".tables").iterdir() if p.is_dir())
 
 
 def test_tables_are_parquet_datasets_partitioned_by_rank(run: Path) -> None:
@@ -117,14 +118,31 @@ def test_read_only_run_keeps_database_and_tables_in_the_cache(run: Path, tmp_pat
     assert sorted(p.name for p in run.iterdir()) == before
 
 
-def test_rebuilding_replaces_the_tables_and_removes_the_old_ones(run: Path) -> None:
+def test_rebuilding_keeps_the_replaced_tables_until_the_next_build(run: Path) -> None:
     database.build(run)
     first = builds(run)
+    held = analyze.open(run)  # a reader of the first build
     database.build(run, force=True)
-    second = builds(run)
-    assert len(first) == len(second) == 1 and first != second
-    assert os.readlink(run / "tables") == f".tables/{second[0]}"
+    second = sorted(set(builds(run)) - set(first))
+    assert held.execute("select count(*) from phases").fetchone() == (20,)  # still readable
+    held.close()  # (DuckDB would hand this process the same open database again)
+    database.build(run, force=True)
+    third = sorted(set(builds(run)) - set(first) - set(second))
+    assert len(first) == len(second) == len(third) == 1
+    assert builds(run) == sorted(second + third)  # the first is gone, the one replaced kept
+    assert os.readlink(run / "tables") == f".tables/{third[0]}"
     assert analyze.open(run).execute("select count(*) from phases").fetchone() == (20,)
+
+
+def test_large_replaced_builds_are_removed_by_a_process_of_their_own(
+        run: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(database, "REMOVE_IN_BACKGROUND_RANKS", 1)  # the run has 2 ranks
+    for _ in range(3):
+        database.build(run, force=True)
+    deadline = time.monotonic() + 60
+    while len(builds(run)) > 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(builds(run)) == 2 and not any(b.endswith(".removing") for b in builds(run))
 
 
 def test_tables_of_dead_builds_are_removed_and_running_ones_kept(run: Path) -> None:
