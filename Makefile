@@ -41,11 +41,12 @@ bench:  ## the benchmarks of bench/README.md (about 25 minutes; up to 7 GB of di
 	$(PY) -m bench.overhead --repeat 8 --steps 40
 
 lint:  ## ruff and mypy
-	$(BIN)/ruff check instrument analyze reports runs tests bench
+	$(BIN)/ruff check traceio instrument analyze reports runs tests bench
 	$(BIN)/mypy
 
-docs:  ## regenerate docs/schema.md from analyze/schema.py
+docs:  ## regenerate docs/schema.md and docs/patterns.md from analyze/schema.py and the pattern table
 	$(PY) -c "import analyze.schema as s; open('docs/schema.md', 'w').write(s.markdown())"
+	$(PY) -c "from analyze.tables import pattern_set as p; open('docs/patterns.md', 'w').write(p.markdown())"
 
 clean:  ## remove traces and reports written by runs (keeps .venv and the build cache)
 	find traces -mindepth 1 -maxdepth 1 ! -name README.md -exec rm -rf {} +

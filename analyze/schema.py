@@ -41,6 +41,24 @@ class Category(StrEnum):
     FUNCTION = "function"  # anything else (Python or compiled functions)
 
 
+class Rule(StrEnum):
+    """Why a region got its category (``regions.rule``), in the order the rules are tried."""
+
+    MARKER = "marker"  # one of our marker names (dltrace.step, ...)
+    MEASUREMENT = "measurement"  # the measurement system's own work (TRACE BUFFER FLUSH)
+    PARADIGM = "paradigm"  # its OTF2 paradigm (MPI; thread paradigms are not communication)
+    ROLE = "role"  # its OTF2 region role (collective, point-to-point, task wait)
+    PATTERN = "pattern"  # a name pattern (analyze/tables/patterns.py, or --patterns FILE)
+    DEFAULT = "default"  # none of the above: compute (user regions: user)
+
+
+class CollectiveSource(StrEnum):
+    """What a ``collectives`` row comes from."""
+
+    RECORD = "record"  # an OTF2 collective record (MpiCollectiveBegin/End): op, bytes, communicator
+    NAME = "name"  # a region recognized as a collective by its name only: no bytes, inferred group
+
+
 COMPUTE_CATEGORIES = (Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER, Category.DATALOADER)
 
 
@@ -112,6 +130,14 @@ REGIONS = _t(
     ("category", "VARCHAR", "Category: step, forward, collective, wait, ..."),
     ("source_file", "VARCHAR", "source file, if recorded"),
     ("begin_line", "INTEGER", "first source line, if recorded"),
+    ("match_name", "VARCHAR", "the name patterns are matched against: the demangled canonical "
+     "name without return type and parameters (docs/frameworks.md)"),
+    ("pattern_op", "VARCHAR", "operation the matching pattern names (allreduce, bcast, send, ...); for a "
+     "wait whose pattern names none, the one operation all of its library's outermost "
+     "non-blocking starts in the trace perform; NULL otherwise"),
+    ("rule", "VARCHAR", "Rule: why the region got its category (marker, measurement, paradigm, "
+     "role, pattern, default)"),
+    ("pattern", "VARCHAR", "the first matching pattern as 'library: pattern' (rule = pattern)"),
 )
 
 INTERVALS = _t(
@@ -131,7 +157,8 @@ INTERVALS = _t(
 )
 
 COMMUNICATORS = _t(
-    "communicators", "Communicators (MPI communicators, process groups).",
+    "communicators", "Communicators (MPI communicators, process groups); with a negative comm_id, "
+    "the group inferred for one library's collectives recognized by name only.",
     ("comm_id", "BIGINT", "OTF2 communicator reference"),
     ("name", "VARCHAR", "name"),
     ("size", "INTEGER", "number of members"),
@@ -160,6 +187,9 @@ COLLECTIVES = _t(
     ("wait_ns", "BIGINT", "time from this rank's arrival to last_arrival_ns, within the region"),
     ("transfer_ns", "BIGINT", "the rest of the region: leave - enter - wait"),
     ("ranks_matched", "INTEGER", "ranks whose instance with this comm/seq is in the trace"),
+    ("source", "VARCHAR", "CollectiveSource: record (an OTF2 collective record) or name (a region "
+     "recognized by a name pattern: op from the pattern, bytes and root NULL, comm_id a negative "
+     "inferred group per library, matched by order)"),
     partition_by="rank",
 )
 
@@ -350,7 +380,9 @@ def markdown() -> str:
     out += _markdown_tables(TABLES)
     out += ["## Categorical values", ""]
     out += [f"- `phase`: {', '.join(p.value for p in Phase)}"]
-    out += [f"- `regions.category`: {', '.join(c.value for c in Category)}", ""]
+    out += [f"- `regions.category`: {', '.join(c.value for c in Category)}"]
+    out += [f"- `regions.rule`: {', '.join(r.value for r in Rule)}"]
+    out += [f"- `collectives.source`: {', '.join(s.value for s in CollectiveSource)}", ""]
     out += ["# Tables written by `analyze compare`", "",
             "In `SWEEP/compare.duckdb`, across the runs of a sweep (docs/experiments.md).", ""]
     out += _markdown_tables(SWEEP_TABLES)

@@ -56,7 +56,7 @@ def child(stage: str, run: str, reader: str, db: str) -> None:
                                defs.resolution, plan.buckets, main_locations=main_locations,
                                main_regions=main_regions, group_starts=plan.group_starts)
             stages.prepare_directories(spec)
-            events = sum(s.events for s in engine.run("read", stages.read, plan.read, spec))
+            events = sum(s.events for s, _ in engine.run("read", stages.read, plan.read, spec))
             stages.release(root)
     else:
         paths = database.build(run, db=db, force=True, reader=reader)

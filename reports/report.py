@@ -75,6 +75,7 @@ def build_report(
     png: bool = False,
     force: bool = False,
     step_region: str | None = None,
+    patterns: Path | str | None = None,
 ) -> Report:
     """Build (or reuse) each run's database and write the report to ``out`` (a .pdf).
 
@@ -91,7 +92,7 @@ def build_report(
     pages: list[Page] = []
     notes: list[str] = []
     for i, run in enumerate(runs, start=1):
-        paths = database.build(run, force=force, step_region=step_region)
+        paths = database.build(run, force=force, step_region=step_region, patterns=patterns)
         with duckdb.connect(str(paths.db), read_only=True) as con:
             label, mine, tl = run_pages(con, i, steps, str(run))
             per_phase = views.breakdown(con)

@@ -33,6 +33,7 @@ ROOMS: dict[str, set[str]] = {
     "instrument.scorep": {"instrument.tracer", "instrument.launch.rank_env", "instrument.errors",
                           "traceio"},
     "instrument.experiments": {"instrument.launch", "instrument.errors"},
+    "instrument.convert": {"instrument.errors"},  # source-to-source conversion (libcst)
     "instrument.bootstrap": {"instrument.tracer", "instrument.hooks", "instrument.scorep",
                              "instrument.launch.rank_env", "traceio"},
     "instrument.cli": {"instrument", "traceio"},

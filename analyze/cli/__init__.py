@@ -15,7 +15,7 @@ import sys
 from analyze.errors import AnalyzeError
 
 # Verbs in the order ``analyze --help`` lists them; each is the module analyze.cli.<verb>.
-VERBS = ("phases", "report", "compare")
+VERBS = ("phases", "patterns", "report", "compare")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -19,6 +19,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="rebuild the database even if it is current")
     p.add_argument("--step-region", metavar="NAME",
                    help="region that delimits steps when the trace has no step markers")
+    p.add_argument("--patterns", type=Path, metavar="FILE.toml",
+                   help="name patterns tried before the defaults (format: docs/frameworks.md; "
+                        "analyze patterns RUN shows what each region got)")
     p.add_argument("--db", type=Path, help="database file (default RUN/trace.duckdb)")
     p.add_argument("--engine", choices=ENGINES, default="local",
                    help="where the work runs: threads of this process (local, the default) or a "
@@ -52,12 +55,12 @@ def run(ns: argparse.Namespace) -> int:
         ready = engine()
         try:
             paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
-                                   engine=ready)
+                                   patterns=ns.patterns, engine=ready)
         finally:
             ready.close()
     else:  # made only if the tables need building
         paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
-                               engine=engine)
+                               patterns=ns.patterns, engine=engine)
     with duckdb.connect(str(paths.db), read_only=True) as con:
         table = phases.summary(con)
         source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()

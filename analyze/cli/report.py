@@ -24,6 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="rebuild the databases")
     p.add_argument("--step-region", metavar="NAME",
                    help="region that delimits steps when a trace has no step markers")
+    p.add_argument("--patterns", type=Path, metavar="FILE.toml",
+                   help="name patterns tried before the defaults (as given to analyze phases)")
     p.set_defaults(command=run)
 
 
@@ -33,7 +35,7 @@ def run(ns: argparse.Namespace) -> int:
 
     steps = parse_steps(ns.steps) if ns.steps else None
     report = build_report(ns.runs, ns.output, steps=steps, png=ns.png, force=ns.force,
-                          step_region=ns.step_region)
+                          step_region=ns.step_region, patterns=ns.patterns)
     for note in report.notes:
         print(f"note: {note}")
     print(f"report written: {display(report.pdf)}  ({len(report.pages)} pages)")

@@ -8,9 +8,11 @@ library require. Waiting time follows Scalasca's patterns:
 - one-to-all (broadcast, scatter; ``Late Broadcast``): non-roots wait for the root's enter;
 - all-to-one (reduce, gather; ``Early Reduce``): the root waits for the last enter.
 
-Waiting is clipped to the rank's own region. Messages: the n-th send from A to B with a given
-communicator and tag matches B's n-th receive from A with them; a receive whose region
-started before the send's region waits for the late sender.
+Waiting is clipped to the rank's own region. Collectives recognized by name only (the
+``named_collectives`` rows of :mod:`analyze.tables.named`: no root, so rooted operations get
+no waiting) are matched the same way within their inferred group. Messages: the n-th send
+from A to B with a given communicator and tag matches B's n-th receive from A with them; a
+receive whose region started before the send's region waits for the late sender.
 
 Each matching is three steps, so that ranks can be processed apart (analyze/tables/stages.py):
 per rank, the instances and their sequence numbers (``*_rows``); across ranks, grouped by
@@ -44,20 +46,26 @@ def create_op_names(con: duckdb.DuckDBPyConnection) -> None:
 
 def collective_rows() -> str:
     """Per rank, every data-moving collective instance with its region, times and sequence
-    number on its communicator, and ``is_root`` (over views raw_collectives, locations,
-    communicators and the table op_names). The reader gives each record the region performing
-    it and that region's enter and leave, so no join with the intervals is needed."""
+    number on its communicator, and ``is_root`` (over views raw_collectives, named_collectives,
+    locations, communicators and the table op_names). The reader gives each record the region
+    performing it and that region's enter and leave, so no join with the intervals is needed;
+    a name-only collective is an instance itself."""
     return f"""
-        WITH c AS (
-            SELECT rc.rank, rc.location_id, NOT l.is_main AS is_async,
-                   rc.interval_idx, CASE WHEN rc.region_id < 0 THEN NULL ELSE rc.region_id END AS region_id,
-                   rc.comm_id, o.name AS op,
-                   CASE WHEN rc.root < 0 THEN NULL ELSE rc.root END AS root,
-                   rc.bytes_sent, rc.bytes_recv, rc.begin_ns, rc.enter_ns, rc.leave_ns
-            FROM raw_collectives rc
-            JOIN locations l USING (location_id)
-            JOIN op_names o ON o.op = rc.op
+        WITH rc AS (
+            SELECT rc.rank, rc.location_id, rc.interval_idx,
+                   CASE WHEN rc.region_id < 0 THEN NULL ELSE rc.region_id END AS region_id,
+                   rc.comm_id, o.name AS op, CASE WHEN rc.root < 0 THEN NULL ELSE rc.root END AS root,
+                   rc.bytes_sent, rc.bytes_recv, rc.begin_ns, rc.enter_ns, rc.leave_ns, 'record' AS source
+            FROM raw_collectives rc JOIN op_names o ON o.op = rc.op
             WHERE o.name NOT IN {NOT_DATA}
+            UNION ALL
+            SELECT rank, location_id, interval_idx, region_id, comm_id, op, NULL, NULL, NULL,
+                   enter_ns, enter_ns, leave_ns, 'name' AS source
+            FROM named_collectives
+        ),
+        c AS (
+            SELECT rc.*, NOT l.is_main AS is_async
+            FROM rc JOIN locations l USING (location_id)
         ),
         s AS (
             SELECT *, row_number() OVER (
@@ -103,7 +111,7 @@ def collective_final() -> str:
                bytes_sent, bytes_recv, enter_ns, leave_ns, last_arrival_ns,
                greatest(0, least(last_arrival_ns, leave_ns) - enter_ns) AS wait_ns,
                leave_ns - enter_ns - greatest(0, least(last_arrival_ns, leave_ns) - enter_ns) AS transfer_ns,
-               ranks_matched
+               ranks_matched, source
         FROM a
     """
 

@@ -44,8 +44,9 @@ from analyze.errors import AnalyzeError
 from analyze.readers import dispatch
 from analyze.readers.columns import Definitions, ReadStats
 from analyze.schema import BY_NAME, COMMUNICATORS, LOCATIONS, REGIONS, SCHEMA_VERSION, TABLES, Table
-from analyze.tables import stages, steps
-from analyze.tables.regions import classify
+from analyze.tables import named, pattern_set, stages, steps
+from analyze.tables.pattern_set import PatternSet
+from analyze.tables.regions import explain
 from analyze.tables.store import Store
 
 DB_NAME = "trace.duckdb"
@@ -139,6 +140,7 @@ def build(
     chunk_rows: int = 500_000,
     reader: str = "auto",
     engine: Engine | Callable[[], Engine] | str | None = None,
+    patterns: Path | str | None = None,
 ) -> RunPaths:
     """Make sure ``run``'s database and tables exist and are current; return their paths.
 
@@ -146,10 +148,13 @@ def build(
     where the work runs: ``local`` (the default) or ``dask`` by name, or a function making an
     :class:`~analyze.engine.Engine` (called only if there is work; the engine is closed
     after), or an engine the caller made and closes. Readers and engines give the same
-    tables, so neither is part of what makes a database current.
+    tables, so neither is part of what makes a database current. ``patterns`` is a TOML file
+    of name patterns tried before the defaults (analyze/tables/pattern_set.py); the patterns
+    used, defaults included, are part of what makes a database current.
     """
     paths = resolve(run, db)
-    options = {"step_region": step_region}
+    names = pattern_set.load(patterns)
+    options = {"step_region": step_region, "patterns": names.digest()}
     if not force and is_current(paths, options):
         return paths
     _check_link(paths)
@@ -169,7 +174,7 @@ def build(
     try:
         with duckdb.connect(str(tmp), config=config) as con:
             _fill(con, paths, root, runner, chunk_rows, step_region, _signature(paths, options),
-                  reader, config.get("memory_limit"))
+                  reader, config.get("memory_limit"), names)
         _install(paths, tmp, root)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
@@ -201,7 +206,7 @@ def _build_config() -> dict[str, Any]:
 
 
 def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: Engine, chunk_rows: int,
-          step_region: str | None, signature: str, reader: str, memory: str | None) -> None:
+          step_region: str | None, signature: str, reader: str, memory: str | None, names: PatternSet) -> None:
     t0 = time.perf_counter()
     first_stage = len(engine.stages)  # an engine may have built other runs before
     store = Store(root)
@@ -214,10 +219,14 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
     for table in TABLES:
         if table not in stages.STAGE_TABLES:
             con.execute(table.ddl())
-    _definitions(con, defs)
-    _export(con, store, (LOCATIONS, REGIONS, COMMUNICATORS))  # the stages read these
-    stats, source, read_s = _run_stages(engine, paths, store, defs, used, chunk_rows, step_region, memory)
+    categories = _definitions(con, defs, names)
+    _write(con, store, DEFINITIONS)  # the stages read these
+    stats, source, read_s = _run_stages(engine, paths, store, defs, used, chunk_rows, step_region, memory,
+                                        con, categories)
     for table in stages.STAGE_TABLES:
+        store.view(con, table)
+    for table in DEFINITIONS:  # as written for the stages
+        con.execute(f"DROP TABLE {table.name}")
         store.view(con, table)
     _run_row(con, paths, defs, stats, used)
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
@@ -226,7 +235,7 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
         store.view(con, table)  # was a view of no files
     con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
     _insert(con, BUILD_INFO, [
-        ("signature", signature), ("step_source", steps.label(source, step_region)),
+        ("signature", signature), ("step_source", steps.label(source, step_region)), ("patterns", names.origin),
         ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
         ("unmatched_collective_ends", str(stats.unmatched_collective_ends)), ("tables", str(root)),
         # how the build ran and where its time went (bench/ reads these; not part of the results)
@@ -237,22 +246,37 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
 
 
 def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions, reader: str,
-                chunk_rows: int, step_region: str | None, memory: str | None) -> tuple[ReadStats, str, float]:
-    """The stages of analyze/tables/stages.py on ``engine``: stats, step source, read seconds."""
+                chunk_rows: int, step_region: str | None, memory: str | None,
+                con: duckdb.DuckDBPyConnection, categories: dict[int, str]) -> tuple[ReadStats, str, float]:
+    """The stages of analyze/tables/stages.py on ``engine``: stats, step source, read seconds.
+    Between the read stage and the others, what the read tasks found of the communication
+    recognized by name goes into ``con``'s regions and communicators and their files."""
     t0 = time.perf_counter()
     plan = stages.plan(defs, reader, engine.workers)
-    main_locations, main_regions = stages.main_of(defs)
+    main_locations, main_regions = stages.main_of(defs, categories)
+    kinds = [k for (k,) in con.execute("SELECT kind FROM region_patterns").fetchall()]
     spec = stages.Spec(anchor=str(paths.anchor), root=str(store.root), reader=reader,
                        global_offset=defs.global_offset, resolution=defs.resolution,
                        buckets=plan.buckets, chunk_rows=chunk_rows, step_region=step_region,
                        memory=memory, main_locations=main_locations, main_regions=main_regions,
-                       group_starts=plan.group_starts)
+                       group_starts=plan.group_starts, comm_regions=stages.comm_of(categories, kinds))
     stages.prepare_directories(spec)
+    if spec.comm_regions:
+        spec.work.write(con, stages.REGION_PATTERNS, "SELECT * FROM region_patterns", "data")
     try:
         with _archive_errors():
             parts = engine.run(f"reading {paths.anchor.name}", stages.read, plan.read, spec,
                                sizes=plan.read_events, unit="events", partial_progress=True)
         read_s = time.perf_counter() - t0
+        if spec.comm_regions:
+            seen = named.Seen()
+            for _, part_seen in parts:
+                if part_seen is not None:
+                    seen.add(part_seen)
+            groups = named.groups(seen)
+            named.apply(con, groups)
+            _write(con, store, (REGIONS, COMMUNICATORS))  # the inferred groups, the waits' operations
+            spec = dataclasses.replace(spec, named_groups=tuple(sorted(groups.comm_ids.items())))
         rank_counts = [len(g[1]) for g in plan.groups]
         found = engine.run("matching collectives and steps", stages.prepare, plan.groups, spec,
                            sizes=rank_counts, unit="ranks")
@@ -264,12 +288,15 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
         engine.everywhere(stages.release, spec.root)
     stages.remove_work(spec)
     stats = ReadStats()
-    for part in parts:
+    for part, _ in parts:
         stats.events += part.events
         stats.unmatched_leaves += part.unmatched_leaves
         stats.truncated += part.truncated
         stats.unmatched_collective_ends += part.unmatched_collective_ends
     return stats, source, read_s
+
+
+DEFINITIONS = (LOCATIONS, REGIONS, COMMUNICATORS)  # written before the stages (which read them)
 
 
 def _export(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> None:
@@ -278,6 +305,14 @@ def _export(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, .
         store.write(con, table, f"SELECT * FROM {table.name}", "data")
         con.execute(f"DROP TABLE {table.name}")
         store.view(con, table)
+
+
+def _write(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> None:
+    """DuckDB tables -> Parquet files that replace the tables' earlier ones (the tables stay)."""
+    for table in tables:
+        for old in store.dir(table).glob("*.parquet"):
+            old.unlink()
+        store.write(con, table, f"SELECT * FROM {table.name}", "data")
 
 
 def _install(paths: RunPaths, tmp_db: Path, root: Path) -> None:
@@ -412,14 +447,26 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> No
         con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
 
 
-def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions) -> None:
+def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: PatternSet) -> dict[int, str]:
+    """Fill locations, regions (classified) and communicators, and the temporary table
+    region_patterns (what the name-only matching needs of each pattern-classified region:
+    analyze/tables/named.py); returns each region's category."""
+    regions, by_pattern, categories = [], [], {}
+    for r in defs.regions:
+        c = explain(r.name, r.paradigm, r.role, r.canonical_name, names)
+        categories[r.region_id] = str(c.category)
+        regions.append((r.region_id, r.name, r.canonical_name, r.paradigm, r.role, str(c.category),
+                        r.source_file, r.begin_line, c.match_name, c.op, str(c.rule),
+                        c.pattern.label if c.pattern else None))
+        if c.pattern is not None:
+            by_pattern.append((r.region_id, c.pattern.library, str(c.pattern.kind), c.pattern.blocking))
+    con.execute("CREATE TEMP TABLE region_patterns (region_id BIGINT, library VARCHAR, kind VARCHAR, blocking BOOLEAN)")
+    _insert(con, "region_patterns", by_pattern)
     # through a DataFrame: executemany takes about a millisecond per row (8,192 locations: 8 s)
     for table, rows in (
         ("locations", [(x.location_id, x.rank, x.thread, x.name, x.kind, x.is_main, x.events)
                        for x in defs.locations]),
-        ("regions", [(r.region_id, r.name, r.canonical_name, r.paradigm, r.role,
-                      str(classify(r.name, r.paradigm, r.role)), r.source_file, r.begin_line)
-                     for r in defs.regions]),
+        ("regions", regions),
         ("communicators", [(c.comm_id, c.name, len(c.members), c.members) for c in defs.comms]),
     ):
         if rows:
@@ -427,6 +474,7 @@ def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions) -> None:
             con.register("definition_rows", frame)
             con.execute(f"INSERT INTO {table} SELECT * FROM definition_rows")
             con.unregister("definition_rows")
+    return categories
 
 
 def _run_row(con: duckdb.DuckDBPyConnection, paths: RunPaths, defs: Definitions, stats: ReadStats,

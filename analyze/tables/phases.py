@@ -10,7 +10,11 @@ The model (docs/phase-model.md has the reasoning):
    only where the main thread waits for it (a wait region) or is in no compute region
    (forward, backward, optimizer, data loading); where the main thread computes meanwhile,
    the communication is hidden and the time is compute.
-4. Everything else inside a step is compute.
+4. A wait recognized by a name pattern (``Al::Wait``, ``hvd.synchronize``: no asynchronous
+   collective in the trace explains it) is communication for what the rules above leave of
+   it: ``allreduce`` when its region's op says so, else ``other_comm``. Our own wait markers
+   (``ddp.wait_for_buckets``) only reveal the asynchronous collectives they wait for.
+5. Everything else inside a step is compute.
 
 Implementation: every rule contributes segments at a level; a sweep over the sorted segment
 boundaries gives, for each elementary interval, which levels cover it; the first matching
@@ -26,11 +30,12 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from analyze.schema import COMPUTE_CATEGORIES, Category, Phase
+from analyze.schema import COMPUTE_CATEGORIES, Category, Phase, Rule
 
 # Levels of the sweep.
 SYNC_IDLE, SYNC_ALLREDUCE, SYNC_OTHER, OTHER, WAIT, COMPUTE, ASYNC_IDLE, ASYNC_ALLREDUCE, ASYNC_OTHER = range(9)
-N_LEVELS = 9
+NAMED_WAIT_ALLREDUCE, NAMED_WAIT_OTHER = 9, 10  # waits recognized by name (rule 4)
+N_LEVELS = 11
 PHASES = [Phase.COMPUTE, Phase.ALLREDUCE, Phase.OTHER_COMM, Phase.IDLE, Phase.OTHER]
 # the regions of a main thread that give segments (the others count as compute)
 SEGMENT_CATEGORIES = (Category.COLLECTIVE, Category.P2P, Category.OVERHEAD, Category.RUNTIME,
@@ -40,7 +45,8 @@ _CODE = {p: i for i, p in enumerate(PHASES)}
 
 def label(cover: np.ndarray) -> np.ndarray:
     """Phase codes (index into :data:`PHASES`) from a (levels x n) boolean cover matrix."""
-    hidden = cover[COMPUTE] & ~cover[WAIT]  # async communication overlapped by compute
+    waiting = cover[WAIT] | cover[NAMED_WAIT_ALLREDUCE] | cover[NAMED_WAIT_OTHER]
+    hidden = cover[COMPUTE] & ~waiting  # async communication overlapped by compute
     conditions = [
         cover[SYNC_IDLE],
         cover[SYNC_ALLREDUCE],
@@ -49,9 +55,12 @@ def label(cover: np.ndarray) -> np.ndarray:
         cover[ASYNC_IDLE] & ~hidden,
         cover[ASYNC_ALLREDUCE] & ~hidden,
         cover[ASYNC_OTHER] & ~hidden,
+        cover[NAMED_WAIT_ALLREDUCE],
+        cover[NAMED_WAIT_OTHER],
     ]
     choices = [_CODE[Phase.IDLE], _CODE[Phase.ALLREDUCE], _CODE[Phase.OTHER_COMM], _CODE[Phase.OTHER],
-               _CODE[Phase.IDLE], _CODE[Phase.ALLREDUCE], _CODE[Phase.OTHER_COMM]]
+               _CODE[Phase.IDLE], _CODE[Phase.ALLREDUCE], _CODE[Phase.OTHER_COMM],
+               _CODE[Phase.ALLREDUCE], _CODE[Phase.OTHER_COMM]]
     return np.select(conditions, choices, default=_CODE[Phase.COMPUTE])
 
 
@@ -169,12 +178,15 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
         SELECT i.rank, i.start_ns, i.end_ns,
                CASE
                  WHEN r.category = '{Category.COLLECTIVE}'
-                      -- the collective record's op decides; regions without one go by name
-                      AND coalesce(o.op = 'allreduce',
+                      -- the collective's op decides (a record's, or a name pattern's);
+                      -- regions without either go by name
+                      AND coalesce(o.op = 'allreduce', r.pattern_op = 'allreduce',
                                    lower(replace(r.name, '_', '')) LIKE '%allreduce%')
                    THEN {SYNC_ALLREDUCE}
                  WHEN r.category IN {comm} THEN {SYNC_OTHER}
                  WHEN r.category IN {listed(Category.OVERHEAD, Category.RUNTIME)} THEN {OTHER}
+                 WHEN r.category = '{Category.WAIT}' AND r.rule = '{Rule.PATTERN}' THEN
+                   CASE WHEN r.pattern_op = 'allreduce' THEN {NAMED_WAIT_ALLREDUCE} ELSE {NAMED_WAIT_OTHER} END
                  WHEN r.category = '{Category.WAIT}' THEN {WAIT}
                  ELSE {COMPUTE}
                END

@@ -7,9 +7,11 @@ never Python objects, so a task runs the same in any process on any machine that
 directory, and both engines give the same tables by construction:
 
 1. ``read`` (per bucket of locations): events -> ``intervals`` and the raw collective records
-   and messages, partitioned by rank;
-2. ``prepare`` (per group of ranks): per rank, collective instances and messages with their
-   sequence numbers, written whole for step 4 and, as matching keys, hashed into buckets;
+   and messages, partitioned by rank; when name patterns matched communication regions, also
+   the outermost of their instances (:mod:`analyze.tables.named`: nesting is per location),
+   whose reports then give the inferred groups and the waits' operations of the whole trace;
+2. ``prepare`` (per group of ranks): per rank, collective instances (recorded and name-only)
+   and messages with their sequence numbers, written whole for step 4 and, as matching keys, hashed into buckets;
    the candidate steps of every source, counted;
 3. ``match`` (per bucket: the shuffle): collectives grouped by communicator and sequence
    number, messages paired by sender, receiver, communicator, tag and sequence number;
@@ -27,7 +29,7 @@ import math
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,7 +52,8 @@ from analyze.schema import (
     Column,
     Table,
 )
-from analyze.tables import collectives, phases, steps
+from analyze.tables import collectives, named, phases, steps
+from analyze.tables.named import Seen
 from analyze.tables.regions import classify
 from analyze.tables.store import FORMAT, WORK, Store, literal, table_of
 
@@ -74,11 +77,26 @@ RAW_MESSAGES = table_of("raw_messages", {**MESSAGE_COLUMNS, "rank_group": np.int
 MAIN_INTERVALS = Table("main_intervals", "", (*INTERVALS.columns, Column("rank_group", "INTEGER", "")), "rank_group")
 MAIN_CATEGORIES = (Category.STEP, *phases.SEGMENT_CATEGORIES)
 EXTENTS = table_of("extents", {"rank": np.int32, "start_ns": np.int64, "end_ns": np.int64})
+# Name-only communication (only when a name pattern matched a communication region): what the
+# driver knows of the pattern-classified regions, each read task's instances of communication
+# regions, and the name-only collectives it found, for the groups of ranks to match.
+REGION_PATTERNS = table_of("region_patterns", {"region_id": np.int64, "library": object, "kind": object,
+                                               "blocking": np.bool_})
+COMM_INTERVALS = table_of("comm_intervals", {"location_id": np.int64, "rank": np.int32, "idx": np.int64,
+                                             "start_ns": np.int64, "end_ns": np.int64, "region_id": np.int64})
+NAMED = Table("named", "", (
+    Column("location_id", "BIGINT", ""), Column("rank", "INTEGER", ""), Column("interval_idx", "BIGINT", ""),
+    Column("region_id", "BIGINT", ""), Column("enter_ns", "BIGINT", ""), Column("leave_ns", "BIGINT", ""),
+    Column("op", "VARCHAR", ""), Column("library", "VARCHAR", ""), Column("rank_group", "INTEGER", "")),
+    "rank_group")
 STAGE_TABLES = (INTERVALS, COLLECTIVES, P2P, STEPS, PHASES)  # written by the tasks
 # what the shuffle gives when no rank had a collective (or a message) at all
 _NO_MATCHES = {
     "instances": "SELECT NULL::BIGINT AS comm_id, NULL::BIGINT AS seq, NULL::BIGINT AS last_enter, "
                  "NULL::BIGINT AS ranks_matched, NULL::BIGINT AS root_enter LIMIT 0",
+    "named_collectives": "SELECT NULL::BIGINT AS location_id, NULL::INTEGER AS rank, "
+                         "NULL::BIGINT AS interval_idx, NULL::BIGINT AS region_id, NULL::BIGINT AS enter_ns, "
+                         "NULL::BIGINT AS leave_ns, NULL::VARCHAR AS op, NULL::BIGINT AS comm_id LIMIT 0",
     "partners": "SELECT NULL::TINYINT AS direction, NULL::BIGINT AS sender, NULL::BIGINT AS receiver, "
                 "NULL::BIGINT AS comm_id, NULL::BIGINT AS tag, NULL::BIGINT AS seq, "
                 "NULL::BIGINT AS partner_enter_ns LIMIT 0",
@@ -101,6 +119,10 @@ class Spec:
     main_locations: tuple[int, ...] = ()  # each rank's main thread
     main_regions: tuple[int, ...] = ()  # regions of MAIN_CATEGORIES
     group_starts: tuple[int, ...] = (0,)  # the first rank of each group (Plan.groups)
+    # regions of the communication categories, when a name pattern matched one (else none:
+    # nothing to recognize by name); then, after the read stage, each library's inferred group
+    comm_regions: tuple[int, ...] = ()
+    named_groups: tuple[tuple[str, int], ...] = ()
 
     def group_of(self, ranks: np.ndarray) -> np.ndarray:
         return (np.searchsorted(np.array(self.group_starts), ranks, side="right") - 1).astype(np.int32)
@@ -126,11 +148,22 @@ class Plan:
         return tuple(ranks[0] for _, ranks in self.groups) or (0,)
 
 
-def main_of(defs: Definitions) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(main locations, regions of MAIN_CATEGORIES) for :class:`Spec`."""
-    regions = tuple(r.region_id for r in defs.regions
-                    if classify(r.name, r.paradigm, r.role) in MAIN_CATEGORIES)
+def main_of(defs: Definitions, categories: Mapping[int, str] | None = None,
+            ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(main locations, regions of MAIN_CATEGORIES) for :class:`Spec`; ``categories``: each
+    region's category as the build classified it (default: by the default patterns)."""
+    if categories is None:
+        categories = {r.region_id: classify(r.name, r.paradigm, r.role, r.canonical_name) for r in defs.regions}
+    regions = tuple(r.region_id for r in defs.regions if categories[r.region_id] in MAIN_CATEGORIES)
     return tuple(loc.location_id for loc in defs.locations if loc.is_main), regions
+
+
+def comm_of(categories: Mapping[int, str], pattern_kinds: list[str]) -> tuple[int, ...]:
+    """The regions :func:`named.outer_instances` looks at (:attr:`Spec.comm_regions`): those of
+    the communication categories, when any name pattern matched a communication region."""
+    if not named.communicates(pattern_kinds):
+        return ()
+    return tuple(sorted(r for r, c in categories.items() if c in named.COMM))
 
 
 def plan(defs: Definitions, reader: str, workers: int) -> Plan:
@@ -156,7 +189,7 @@ def plan(defs: Definitions, reader: str, workers: int) -> Plan:
 def prepare_directories(spec: Spec) -> None:
     """The directories the shuffle's writers share (each rank's own are made by the tasks
     that write it: a group task its ranks', a read task a rank's intervals as they come)."""
-    for table in (RAW_COLLECTIVES, RAW_MESSAGES, MAIN_INTERVALS):
+    for table in (RAW_COLLECTIVES, RAW_MESSAGES, MAIN_INTERVALS, NAMED):
         spec.work.prepare(table, range(len(spec.group_starts)))
     for name in ("arrivals", "msg_keys"):
         base = spec.work.root / name
@@ -200,9 +233,10 @@ def _definition_views(spec: Spec, con: duckdb.DuckDBPyConnection) -> None:
 # ---- 1. read -------------------------------------------------------------------------------
 
 def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
-         progress: Callable[[int], None] | None = None) -> ReadStats:
-    """Read one bucket's locations; write their intervals and raw rows. ``progress`` is
-    called with the events of each chunk (in-process engines only)."""
+         progress: Callable[[int], None] | None = None) -> tuple[ReadStats, Seen | None]:
+    """Read one bucket's locations; write their intervals and raw rows, and their name-only
+    collectives (with what they say of each library; None when nothing is recognized by
+    name). ``progress`` is called with the events of each chunk (in-process engines only)."""
     number, locations = bucket
     if spec.reader == "native":
         chunks = otf2_native.read_locations(Path(spec.anchor), locations, spec.global_offset,
@@ -213,6 +247,7 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
     stats = ReadStats()
     main_locations = np.array(spec.main_locations, dtype=np.int64)
     main_regions = np.array(spec.main_regions, dtype=np.int64)
+    comm_regions = np.array(spec.comm_regions, dtype=np.int64)
     extents: list[dict[str, np.ndarray]] = []
     try:
         for i, chunk in enumerate(chunks):
@@ -226,6 +261,10 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
                 spec.work.write_arrays(con, MAIN_INTERVALS, {**main_rows, "rank_group": spec.group_of(main_rows["rank"])},
                                        tag, nullable=_PARENT)
                 extents.append(_extents(rows))
+                if len(comm_regions):
+                    comm = np.isin(rows["region_id"], comm_regions)
+                    spec.work.write_arrays(con, COMM_INTERVALS, {c.name: rows[c.name][comm]
+                                                                 for c in COMM_INTERVALS.columns}, tag)
             for table, raw in ((RAW_COLLECTIVES, chunk.collectives), (RAW_MESSAGES, chunk.messages)):
                 if len(raw["rank"]):
                     spec.work.write_arrays(con, table, {**raw, "rank_group": spec.group_of(raw["rank"])}, tag)
@@ -236,9 +275,42 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
         if extents:
             spec.work.write_columns(con, EXTENTS, {k: np.concatenate([e[k] for e in extents])
                                                    for k in extents[0]}, f"b{number}")
+        seen = _named(spec, con, number) if len(comm_regions) else None
     finally:
         con.close()
-    return stats
+    return stats, seen
+
+
+def _named(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> Seen:
+    """The bucket's outermost communication instances matched by name: its name-only
+    collectives written for the groups, and what it saw of each library."""
+    work = spec.work
+    mine = f"b{number}c*.parquet"
+    _definition_views(spec, con)
+    work.view(con, REGION_PATTERNS, temporary=True)
+    for table, files in ((COMM_INTERVALS, f"{COMM_INTERVALS.name}/{mine}"),
+                         (RAW_COLLECTIVES, f"{RAW_COLLECTIVES.name}/*/{mine}")):
+        cols = [c for c in table.columns if c.name != table.partition_by]
+        found = work.source(files)
+        select = (f"SELECT {', '.join(c.name for c in cols)} FROM read_parquet({found}, hive_partitioning = false)"
+                  if found else "SELECT " + ", ".join(f"NULL::{c.type} AS {c.name}" for c in cols) + " LIMIT 0")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {table.name} AS {select}")
+    outer, bounds = f"named_outer_{number}", f"group_bounds_{number}"
+    starts = list(spec.group_starts)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {bounds} (rank_group INTEGER, lo BIGINT, hi BIGINT)")
+    con.executemany(f"INSERT INTO {bounds} VALUES (?, ?, ?)",
+                    [(g, lo, hi) for g, (lo, hi) in enumerate(zip(starts, [*starts[1:], 1 << 62], strict=True))])
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {outer} AS {named.outer_instances()}")
+    try:
+        work.write(con, NAMED, f"""
+            SELECT n.location_id, n.rank, n.idx AS interval_idx, n.region_id, n.start_ns AS enter_ns,
+                   n.end_ns AS leave_ns, n.op, n.library, b.rank_group
+            FROM ({named.collective_instances(outer)}) n JOIN {bounds} b ON n.rank >= b.lo AND n.rank < b.hi
+        """, f"b{number}")
+        return Seen.of(con, outer)
+    finally:
+        con.execute(f"DROP TABLE {outer}")
+        con.execute(f"DROP TABLE {bounds}")
 
 
 _PARENT = frozenset({"parent_idx"})  # -1 from the readers: at the top, NULL in the table
@@ -275,6 +347,7 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         _definition_views(spec, con)
         work.view(con, RAW_COLLECTIVES, [number], temporary=True)
         work.view(con, RAW_MESSAGES, [number], temporary=True)
+        _named_view(spec, con, number)
         collectives.create_op_names(con)
         tag = f"g{number}"
         rows = work.root / "coll_rows" / f"{tag}.parquet"
@@ -313,6 +386,19 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         return counts
     finally:
         con.close()
+
+
+def _named_view(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> None:
+    """View named_collectives: the group's name-only collectives with their library's group."""
+    if not spec.named_groups:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW named_collectives AS {_NO_MATCHES['named_collectives']}")
+        return
+    ids = ", ".join(f"({literal(lib)}, {int(comm)})" for lib, comm in spec.named_groups)
+    con.execute(f"""
+        CREATE OR REPLACE TEMP VIEW named_collectives AS
+        SELECT n.location_id, n.rank, n.interval_idx, n.region_id, n.enter_ns, n.leave_ns, n.op, g.comm_id
+        FROM ({spec.work.scan(NAMED, [number])}) n JOIN (VALUES {ids}) g(library, comm_id) USING (library)
+    """)
 
 
 # ---- 3. match ------------------------------------------------------------------------------

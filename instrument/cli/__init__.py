@@ -15,7 +15,7 @@ import sys
 from instrument.errors import UsageError
 
 # Verbs in the order ``instrument --help`` lists them; each is the module instrument.cli.<verb>.
-VERBS = ("run", "merge", "sweep")
+VERBS = ("run", "merge", "sweep", "horovodize")
 
 
 def build_parser() -> argparse.ArgumentParser:

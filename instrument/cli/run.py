@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from typing import Any
 
 from instrument.launch.options import LAUNCHERS, TRACERS
 
@@ -41,6 +42,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--horovod-timeline", action="store_true",
                    help="also record Horovod's own timeline and import it into the trace "
                    "(costs about a core on rank 0; docs/horovod.md)")
+    p.add_argument("--horovodize", action="store_true",
+                   help="convert the single-process SCRIPT into a Horovod one in the run directory "
+                   "(instrument horovodize; the diff and report go to run.json) and run that")
     p.add_argument("script", help="the training script, run unmodified")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(command=run)
@@ -50,14 +54,37 @@ def run(ns: argparse.Namespace, argv: list[str]) -> int:
     from instrument.hooks import horovod_timeline
     from instrument.launch import job
 
+    env = {horovod_timeline.OPT_IN: "1"} if ns.horovod_timeline else {}
+    prepare = None
+    if ns.horovodize:
+        prepare, env = _horovodize(ns.script, env)
     config = job.LaunchConfig(
         script=ns.script, args=ns.args, nprocs=ns.nprocs, name=ns.name, out=ns.out,
         tracer=ns.tracer, launcher=ns.launcher, grace_s=ns.grace,
         launcher_args=shlex.split(ns.launcher_args), scorep_args=shlex.split(ns.scorep_args),
         scorep_filter=ns.scorep_filter,
-        env={horovod_timeline.OPT_IN: "1"} if ns.horovod_timeline else {},
-        command_line=["instrument", *argv],
+        env=env, command_line=["instrument", *argv], prepare=prepare,
     )
     result = job.run(config)
     print(result.message, file=sys.stderr if result.exit_status else sys.stdout, flush=True)
     return result.exit_status
+
+
+def _horovodize(script: str, env: dict[str, str]) -> tuple[Any, dict[str, str]]:
+    """Convert now (a refusal stops here, before anything is created); write the result into
+    the run directory once it exists. The converted script runs from there, so the original's
+    directory goes on PYTHONPATH for the modules next to it."""
+    import os
+
+    from instrument.cli import horovodize
+
+    text, info, _ = horovodize.for_run(script)
+    here = str(Path(script).resolve().parent)
+    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)}
+
+    def prepare(run_dir: Path) -> tuple[str, dict[str, Any]]:
+        out = run_dir / (Path(script).stem + "_hvd.py")
+        out.write_text(text, encoding="utf-8")
+        return str(out), {"horovodize": {**info, "script": str(out)}}
+
+    return prepare, env

@@ -59,6 +59,9 @@ class LaunchConfig:
     scorep_filter: str | None = None  # a Score-P filter file; None: ours; "none": no filter
     env: dict[str, str] = field(default_factory=dict)
     command_line: list[str] = field(default_factory=list)
+    # called with the new run directory; returns the script to run instead and what to add to
+    # run.json (``instrument run --horovodize`` writes the converted script there)
+    prepare: Callable[[Path], tuple[str, dict[str, Any]]] | None = None
 
 
 @dataclass
@@ -221,6 +224,10 @@ def run(config: LaunchConfig) -> LaunchResult:
         scorep.check_available(scorep.is_mpi(scorep.options(config.launcher, config.scorep_args)))
         scorep.check_filter(config.scorep_filter)
     run_dir = rundir.create(config.out, config.name).resolve()
+    prepared: dict[str, Any] = {}
+    if config.prepare is not None:
+        script, prepared = config.prepare(run_dir)
+        config = replace(config, script=script)
     if config.tracer == "scorep":
         opts = scorep.options(config.launcher, config.scorep_args)
         extra = scorep.environment(run_dir, opts, scorep.write_filter(run_dir, config.scorep_filter))
@@ -264,6 +271,7 @@ def run(config: LaunchConfig) -> LaunchResult:
         "start": runinfo.now_iso(),
         "end": None,
         "status": "running",
+        **prepared,
     }
     runinfo.write(run_dir, info)
 

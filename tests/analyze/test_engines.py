@@ -17,6 +17,8 @@ import pytest
 
 import analyze
 from analyze.engine.local import LocalEngine
+from analyze.schema import COLLECTIVES, REGIONS
+from analyze.tables import stages
 from tests.analyze.snapshot import snapshot
 from tests.analyze.test_native_reader import random_spec
 from tests.conftest import ROOT
@@ -26,6 +28,7 @@ from traceio.otf2_writer import write_archive
 FIXTURES = sorted(p.parent.relative_to(ROOT / "tests" / "fixtures")
                   for p in (ROOT / "tests" / "fixtures").glob("scorep*/*/traces.otf2"))
 MS = 1_000_000
+RANKS_MATCHED = COLLECTIVES.names.index("ranks_matched")
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +81,55 @@ def test_literal_trace(tmp_path: Path, dask_engine: object) -> None:
     assert len(tables["phases"]) == 2 * 2 * 5
 
 
+def named_run(path: Path) -> Path:
+    """Four ranks, two steps, communication recognized by name beside a recorded allreduce:
+    LBANN's allreduce enclosing Aluminum's, a GPI-2 barrier, Gloo on a worker thread, a
+    non-blocking LBANN allreduce and the wait that completes it, and mylib's allreduce (a
+    pattern of the user's own file)."""
+    lbann = "void lbann::lbann_comm::allreduce<float>(float*, int, El::mpi::Comm const&, El::mpi::Op)"
+    al = ("void Al::Allreduce<Al::MPIBackend, float>(float const*, float*, unsigned long, Al::ReductionOperator, "
+          "Al::MPIBackend::comm_type&, Al::MPIBackend::allreduce_algo_type)")
+    items = []
+    for rank in range(4):
+        late = 2 * rank
+        for step in range(2):
+            t = step * 100
+            items += [
+                (rank, "dltrace.step", t * MS, (t + 100) * MS),
+                (rank, "lbann::model::backward_prop()", (t + 5) * MS, (t + 40) * MS),
+                (rank, "void lbann::lbann_comm::nb_allreduce<float>(float*, int, El::mpi::Comm const&, "
+                 "Al::request&, El::mpi::Op)", (t + 10) * MS, (t + 11) * MS),
+                (rank, "lbann::lbann_comm::wait(Al::request&)", (t + 40) * MS, (t + 45) * MS),
+                (rank, lbann, (t + 50 + late) * MS, (t + 60) * MS), (rank, al, (t + 51 + late) * MS, (t + 59) * MS),
+                (rank, "gaspi_barrier", (t + 62) * MS, (t + 66 + late) * MS),
+                (rank, "MPI_Allreduce", (t + 70 + late) * MS, (t + 78) * MS, {"op": "allreduce", "bytes": 64}),
+                (rank, "mylib::sum_gradients(float*)", (t + 80 + late) * MS, (t + 88) * MS),
+                (rank, "gloo::allreduce(gloo::AllreduceOptions const&)", (t + 20 + late) * MS, (t + 30) * MS,
+                 {"lane": True}),
+            ]
+    write_literal(path, items)
+    return path
+
+
+def test_name_only_collectives(tmp_path: Path, dask_engine: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    # tasks of a few events: two read buckets, a group and a shuffle bucket per rank, so the
+    # inferred groups and the waits' operations are joined from several tasks' reports
+    monkeypatch.setattr(stages, "READ_TASK_EVENTS", (1, stages.READ_TASK_EVENTS[1]))
+    monkeypatch.setattr(stages, "GROUP_EVENTS", 1)
+    mine = tmp_path / "mylib.toml"
+    mine.write_text('[[pattern]]\nlibrary = "mylib"\nglob = "mylib::sum_gradients"\ncategory = "allreduce"\n')
+    tables = same_tables(named_run(tmp_path / "run"), tmp_path, dask_engine, patterns=mine)
+    source = COLLECTIVES.names.index("source")
+    # per rank and step: one recorded allreduce; LBANN's (Aluminum's inside is part of it),
+    # the GPI-2 barrier, Gloo's and mylib's by name; the non-blocking start is not matched
+    by_source = [row[source] for row in tables["collectives"]]
+    assert by_source.count("record") == 4 * 2 and by_source.count("name") == 4 * 2 * 4
+    assert {row[RANKS_MATCHED] for row in tables["collectives"]} == {4}
+    assert sorted(row[0] for row in tables["communicators"] if row[0] < 0) == [-4, -3, -2, -1]
+    name, op = REGIONS.names.index("match_name"), REGIONS.names.index("pattern_op")
+    assert ("lbann::lbann_comm::wait", "allreduce") in {(row[name], row[op]) for row in tables["regions"]}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fixture", FIXTURES, ids=str)
 def test_scorep_fixtures(fixture: Path, tmp_path: Path, dask_engine: object) -> None:
@@ -96,7 +148,7 @@ def test_synthetic_ddp_steps(ranks: int, tmp_path: Path, dask_engine: object) ->
     steps_per_rank = -(-40_000 // (ranks * synth.events_per_step()))
     assert len(tables["steps"]) == ranks * steps_per_rank
     # every allreduce found all ranks
-    assert {row[-1] for row in tables["collectives"]} == {ranks}
+    assert {row[RANKS_MATCHED] for row in tables["collectives"]} == {ranks}
 
 
 @pytest.mark.slow

@@ -123,7 +123,8 @@ def synthetic_db(n_steps: int, per_step: int) -> duckdb.DuckDBPyConnection:
         con.execute(t.ddl())
     con.execute("INSERT INTO runs (run_name, ranks, params) VALUES ('big', 1, '{}')")
     con.execute("INSERT INTO locations VALUES (0, 0, 0, 'main', 'cpu_thread', true, 0)")
-    con.execute("""INSERT INTO regions VALUES (0, 'dltrace.forward', '', 'user', 'function', 'forward', NULL, NULL),
+    con.execute("""INSERT INTO regions (region_id, name, canonical_name, paradigm, role, category, source_file,
+                   begin_line) VALUES (0, 'dltrace.forward', '', 'user', 'function', 'forward', NULL, NULL),
                    (1, 'MPI_Allreduce', '', 'mpi', 'coll_all2all', 'collective', NULL, NULL)""")
     width = 1_000_000 // per_step
     con.execute(f"""

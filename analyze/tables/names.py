@@ -1,0 +1,109 @@
+"""From a region's name to the name patterns are matched against (its *match name*).
+
+A C++ function reaches a trace under several spellings: Score-P's GCC plugin writes the
+compiler's printable name (``Al::Allreduce``, or ``void Al::Allreduce(const T*, ...) [with
+Backend = NCCLBackend; ...]``) with the mangled name as the canonical name; clang-based
+Score-P writes the demangled signature with the mangled one as canonical; sampling tools add
+``[clone .cold]``. The match name is the same for all of them: the demangled canonical name
+when the trace has a mangled one (else the name), without return type, parameter list and
+suffixes, keeping template arguments and namespaces::
+
+    _ZN2Al9AllreduceINS_11NCCLBackendEfEEvPKT0_PS3_mNS_17ReductionOperatorERNT_9comm_typeENS7_19allreduce_algo_typeE
+    -> Al::Allreduce<Al::NCCLBackend, float>
+
+Names that are not C++ signatures (Python ``module:function``, NVTX range names, C
+functions) are their own match name.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import re
+from typing import Any
+
+_SUFFIX = re.compile(r"(?:\s+\[(?:clone|with|abi:)[^\]]*\])+$")
+
+
+@functools.cache
+def _cxa_demangle() -> tuple[Any, Any] | None:
+    """libstdc++'s demangler (the one c++filt uses) and libc's free, or None where they
+    cannot be loaded (then names are matched as written)."""
+    try:
+        lib = ctypes.CDLL(ctypes.util.find_library("stdc++") or "libstdc++.so.6")
+        libc = ctypes.CDLL(None)
+        fn = lib.__cxa_demangle
+    except (OSError, AttributeError):
+        return None
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)]
+    libc.free.argtypes = [ctypes.c_void_p]
+    return fn, libc.free
+
+
+def demangle(symbol: str) -> str | None:
+    """The demangled form of an Itanium C++ ABI symbol (``_Z...``), or None if it is not one."""
+    if not symbol.startswith("_Z"):
+        return None
+    found = _cxa_demangle()
+    if found is None:
+        return None
+    fn, free = found
+    status = ctypes.c_int()
+    out = fn(symbol.encode(), None, None, ctypes.byref(status))
+    if status.value != 0 or not out:
+        return None
+    try:
+        return ctypes.string_at(out).decode(errors="replace")
+    finally:
+        free(out)
+
+
+_BRACKETS = re.compile(r"[<>()]")
+_BRACKETS_OR_SPACE = re.compile(r"[<>() ]")
+
+
+def _function_part(signature: str) -> str:
+    """``void ns::f<T>(int) const`` -> ``ns::f<T>``; text without a parameter list unchanged.
+
+    The parameter list is the first ``(`` outside template brackets that does not open
+    ``(anonymous namespace)`` (which follows ``::`` or starts the name) or follow
+    ``operator``; the return type is what comes before the last space outside brackets.
+    """
+    if "(" not in signature:
+        return signature
+    depth = 0
+    cut = -1
+    for m in _BRACKETS.finditer(signature):
+        ch, i = m.group(), m.start()
+        if ch == "(" and depth == 0 and i > 0 and not signature.startswith("(anonymous", i) \
+                and not signature.endswith("operator", 0, i):
+            cut = i
+            break
+        depth = depth + 1 if ch in "<(" else max(0, depth - 1)
+    if cut < 0:
+        return signature
+    head = signature[:cut].rstrip()
+    depth = 0
+    start = 0
+    for m in _BRACKETS_OR_SPACE.finditer(head):
+        ch = m.group()
+        if ch == " ":
+            if depth == 0:
+                start = m.start() + 1
+        else:
+            depth = depth + 1 if ch in "<(" else max(0, depth - 1)
+    return head[start:]
+
+
+@functools.lru_cache(maxsize=65536)
+def match_name(name: str, canonical: str | None = None) -> str:
+    """The name patterns are matched against (see the module docstring)."""
+    text = demangle(canonical) if canonical else None
+    if text is None:
+        text = demangle(name) or name
+    text = text.strip()
+    if "[" in text:
+        text = _SUFFIX.sub("", text)
+    return _function_part(text)
