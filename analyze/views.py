@@ -108,6 +108,7 @@ class Timeline:
     origin_ns: int  # 0 ms on the x axis
     intervals: int  # phase intervals in the window before any aggregation
     bin_ms: float | None  # set when bars are aggregated into bins
+    lanes: pd.DataFrame | None = None  # region and communication lanes (see region_lanes)
 
     @property
     def note(self) -> str | None:
@@ -155,7 +156,65 @@ def timeline(
     steps_ms = pd.DataFrame({"rank": st["rank"].astype(int), "step": st["step"].astype(int),
                              "start_ms": (st["start_ns"] - t0) / NS_PER_MS,
                              "end_ms": (st["end_ns"] - t0) / NS_PER_MS})
-    return Timeline(out, steps_ms, window, t0, n_intervals, bin_ms)
+    lanes = region_lanes(con, t0, t1) if bin_ms is None else None
+    if lanes is not None and len(lanes) > max_bars:
+        lanes = None  # too many to see one by one; the phase rows still show the window
+    return Timeline(out, steps_ms, window, t0, n_intervals, bin_ms, lanes)
+
+
+LANE_CATEGORIES = ("dataloader", "forward", "backward", "optimizer", "wait", "user")
+MAX_COMM_LANES = 3  # a rank with more communication lanes gets them all in one row
+
+
+def region_lanes(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFrame:
+    """What the timeline draws under each rank's phases, between ``t0`` and ``t1`` [ns]:
+
+    - lane 1, ``regions``: the main thread's data loading, forward, backward, optimizer,
+      waits for communication and user regions (``fill`` is the region's category; user
+      covers Score-P's ``user:`` regions and, in our own traces, ``instrument.region``);
+    - lanes 2..: each communication lane (or one row for them all past
+      :data:`MAX_COMM_LANES`), every asynchronous collective (DDP bucket, Horovod reduction)
+      as ``fill`` allreduce or other_comm, and its waiting for the last rank as ``waiting``
+      (``part`` wait).
+
+    Columns: rank, lane, label, start_ms, end_ms (from ``t0``), fill, part (region, op,
+    wait), depth (nested regions are drawn over their parents).
+    """
+    rows = con.execute("SELECT creator FROM runs").fetchall()
+    ours = bool(rows and rows[0][0] and str(rows[0][0]).startswith("dltrace"))
+    cats = [*LANE_CATEGORIES, *(["function"] if ours else [])]  # our tracer records no functions
+    regions = con.execute(f"""
+        SELECT i.rank, 1 AS lane, 'regions' AS label, i.start_ns, i.end_ns,
+               CASE WHEN r.category = 'function' THEN 'user' ELSE r.category END AS fill,
+               'region' AS part, i.depth
+        FROM intervals i JOIN regions r USING (region_id) JOIN locations l USING (location_id)
+        WHERE l.is_main AND r.category IN ({", ".join(f"'{c}'" for c in cats)})
+          AND i.end_ns > $lo AND i.start_ns < $hi
+    """, {"lo": t0, "hi": t1}).df()
+    comm = con.execute("""
+        WITH c AS (SELECT * FROM collectives WHERE is_async AND leave_ns > $lo AND enter_ns < $hi),
+        lanes AS (SELECT rank, location_id, dense_rank() OVER (PARTITION BY rank ORDER BY location_id) - 1 AS k,
+                         -- the most lanes of any rank, so every rank gets the same rows
+                         (SELECT max(n) FROM (SELECT count(DISTINCT location_id) AS n FROM c GROUP BY rank)) AS n
+                  FROM (SELECT DISTINCT rank, location_id FROM c))
+        SELECT c.rank, CASE WHEN n > $most THEN 2 ELSE 2 + k END AS lane,
+               CASE WHEN n > $most THEN 'comm lanes' ELSE 'comm lane ' || k END AS label,
+               c.enter_ns AS start_ns, c.leave_ns AS end_ns,
+               CASE WHEN c.op = 'allreduce' THEN 'allreduce' ELSE 'other_comm' END AS fill,
+               'op' AS part, 0 AS depth
+        FROM c JOIN lanes USING (rank, location_id)
+        UNION ALL
+        SELECT c.rank, CASE WHEN n > $most THEN 2 ELSE 2 + k END, '', c.enter_ns, c.enter_ns + c.wait_ns,
+               'waiting', 'wait', 1
+        FROM c JOIN lanes USING (rank, location_id) WHERE c.wait_ns > 0
+    """, {"lo": t0, "hi": t1, "most": MAX_COMM_LANES}).df()
+    df = pd.concat([regions, comm], ignore_index=True)
+    return pd.DataFrame({
+        "rank": df["rank"].astype(int), "lane": df["lane"].astype(int), "label": df["label"].astype(str),
+        "start_ms": (df["start_ns"].clip(lower=t0) - t0) / NS_PER_MS,
+        "end_ms": (df["end_ns"].clip(upper=t1) - t0) / NS_PER_MS,
+        "fill": df["fill"].astype(str), "part": df["part"].astype(str), "depth": df["depth"].astype(int),
+    }).sort_values(["rank", "lane", "depth", "start_ms"], kind="stable").reset_index(drop=True)
 
 
 def _binned(bars: pd.DataFrame, t0: int, t1: int, bins: int) -> tuple[pd.DataFrame, float]:
@@ -213,7 +272,9 @@ def collective_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                       count(*) OVER (PARTITION BY comm_id, seq) AS n
             FROM collectives
         )
-        SELECT op, rank, comm_id, seq, wait_ns / 1e6 AS wait_ms, transfer_ns / 1e6 AS transfer_ms,
+        -- a Kineto NCCL kernel whose operation its trace does not say has a NULL op
+        SELECT coalesce(op, 'unknown') AS op, rank, comm_id, seq, wait_ns / 1e6 AS wait_ms,
+               transfer_ns / 1e6 AS transfer_ms,
                enter_ns = last_enter AND n > 1 AS arrived_last
         FROM c ORDER BY op, comm_id, seq, rank
     """).df()

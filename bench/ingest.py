@@ -3,7 +3,7 @@
     python -m bench.ingest --events 1M --repeat 5                      # both readers, ratio
     python -m bench.ingest --events 10M,100M --readers native --repeat 3
 
-Two stages are measured, each in its own process, on the same synthetic archive
+The stages are measured each in its own process, on the same synthetic archive
 (``bench.synth``, cached under ~/.cache/dltrace/bench), the readers taking turns:
 
 - ``read``: OTF2 -> the reader's column chunks in memory (``analyze.readers.dispatch.read``), no DuckDB;
@@ -12,7 +12,9 @@ Two stages are measured, each in its own process, on the same synthetic archive
   stage of ``analyze.tables.database.build`` (its read tasks on the local engine), alone;
 - ``build``: ``analyze phases`` end to end on a fresh database (``analyze.tables.database.build``
   with ``force=True``, then the phase summary): ingest, then the SQL and vectorized steps that
-  match collectives and messages and derive steps and phases.
+  match collectives and messages and derive steps and phases;
+- ``causes``: the same with the cause tables too (overlap, delays, critical path, balance:
+  what ``analyze causes`` and the report build), so the two columns side by side give their cost.
 
 Reported per archive and reader, as medians: seconds, events per second and the peak RSS of
 each stage. Nothing is extrapolated: a reader is only reported on archives it actually read.
@@ -28,7 +30,7 @@ from pathlib import Path
 
 from bench import measure, synth
 
-STAGES = ("read", "ingest", "build")
+STAGES = ("read", "ingest", "build", "causes")
 
 
 def child(stage: str, run: str, reader: str, db: str) -> None:
@@ -56,10 +58,10 @@ def child(stage: str, run: str, reader: str, db: str) -> None:
                                defs.resolution, plan.buckets, main_locations=main_locations,
                                main_regions=main_regions, group_starts=plan.group_starts)
             stages.prepare_directories(spec)
-            events = sum(s.events for s, _ in engine.run("read", stages.read, plan.read, spec))
+            events = sum(s.stats.events for s in engine.run("read", stages.read, plan.read, spec))
             stages.release(root)
     else:
-        paths = database.build(run, db=db, force=True, reader=reader)
+        paths = database.build(run, db=db, force=True, reader=reader, causes=stage == "causes")
         with duckdb.connect(str(paths.db), read_only=True) as con:
             phases.summary(con)
             events, used = con.execute("select events, reader from runs").fetchone()

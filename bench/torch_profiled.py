@@ -1,9 +1,11 @@
-"""Run a training script under torch.profiler (CPU activities): bench.overhead's reference.
+"""Run a training script under torch.profiler with its default settings: bench.overhead's reference.
 
     instrument run -np 2 --tracer none bench/torch_profiled.py runs/ddp_resnet.py --steps 30
 
-The profiler records every operator for the whole run, as a user profiling a training run
-would; its trace is not exported (that happens after training, like our merge).
+The profiler records every operator for the whole run with its defaults (every supported
+activity: CPU here, CPU and CUDA on a GPU machine; no shapes, stacks or memory), as a user
+profiling a training run would; its trace is not exported (that happens after training, like
+our merge).
 
 When the script destroys its process group (the last thing runs/ddp_resnet.py does, after
 writing its results), the profiler stops and the process ends at once: at teardown, the
@@ -19,13 +21,13 @@ import sys
 from pathlib import Path
 
 import torch.distributed as dist
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import profile
 
 if __name__ == "__main__":
     script = sys.argv[1]
     sys.argv = sys.argv[1:]
     sys.path.insert(0, str(Path(script).resolve().parent))  # as `python script` would
-    prof = profile(activities=[ProfilerActivity.CPU])
+    prof = profile()
     destroy = dist.destroy_process_group
 
     def destroy_and_exit(*args: object, **kwargs: object) -> None:

@@ -9,6 +9,9 @@ comes from the environment, so any launcher that passes the environment through 
 - ``DLTRACE_CLOCK_SERVER``: ``host:port`` of the reference clock; without it, rank 0 serves
   its own clock and publishes the address in the run directory.
 - ``DLTRACE_BUFFER_EVENTS``, ``DLTRACE_FLUSH_INTERVAL_S``: buffer size and periodic flush.
+- ``DLTRACE_POWER`` (``off``), ``DLTRACE_POWER_INTERVAL_S``, ``DLTRACE_POWERCAP_ROOT``: the
+  per-host power sampler (instrument/power; docs/energy.md).
+- ``DLTRACE_DEVICE_ACTIVITY=1``: run torch.profiler beside the tracer (instrument/hooks/device_activity.py).
 - rank and size: ``RANK``/``WORLD_SIZE`` (torchrun and our launcher), or Open MPI, PMI, Slurm
   and Horovod's variables.
 
@@ -30,9 +33,10 @@ import time
 from pathlib import Path
 from types import FrameType, ModuleType
 
-from instrument.hooks import horovod_timeline
+from instrument.hooks import device_activity, horovod_timeline
 from instrument.hooks.importer import PostImportHooks
 from instrument.launch.rank_env import RankEnvError, rank_from_env, torch_env
+from instrument.power import sampler as power
 from instrument.tracer import recorder
 from instrument.tracer.builtin import DEFAULT_CAPACITY, DEFAULT_FLUSH_INTERVAL_S, Tracer
 from instrument.tracer.clock import ClockServer, parse_address
@@ -120,6 +124,9 @@ def install_hooks(rec: recorder.Recorder) -> PostImportHooks:
 
 def _finish(tracer: Tracer, status: str, detail: str | None = None) -> None:
     horovod_timeline.import_at_exit(tracer)  # rank 0, when Horovod's timeline was requested
+    # with --device-activity: torch.profiler's trace (not from a signal handler, which may
+    # have interrupted the profiler itself)
+    device_activity.import_at_exit(tracer, skip=status == "signal")
     tracer.set_meta("versions", _versions())
     tracer.finalize(status, detail)
 
@@ -133,8 +140,11 @@ def run(script: str, args: list[str]) -> None:
         raise SystemExit(2) from None
     recorder.install(tracer)
     os.environ.update(torch_env(dict(os.environ)))
+    if os.environ.get("DLTRACE_TRACER") != "scorep":  # Score-P has its own metric plugins
+        power.attach(tracer, dict(os.environ))
     tracer.sync_clock("start")
     horovod_timeline.request(os.environ, tracer.run_dir, tracer.rank)
+    device_activity.request(os.environ, tracer, tracer.run_dir, tracer.rank, tracer.world_size)
 
     def on_term(signum: int, frame: FrameType | None) -> None:
         tracer.flush_timeout_s = 2.0  # the interrupted code may hold the buffer lock

@@ -36,6 +36,7 @@ from reports.theme import (
     WIDTH_IN,
     phase_fill,
     theme_dltrace,
+    timeline_fill,
 )
 
 
@@ -45,32 +46,84 @@ def present_phases(phases: pd.Series, amounts: pd.Series | None = None) -> list[
     return [p for p in PHASE_ORDER if p in set(seen)]
 
 
-def timeline(tl: Timeline, label: RunLabel) -> ggplot:
-    """Gantt chart: a row per rank, phase intervals along time, step starts marked."""
+def timeline_rows(tl: Timeline) -> tuple[dict[tuple[int, int], float], list[float], list[str]]:
+    """Where each row goes: (rank, lane) -> y (lane 0: the rank's phases), and the y axis'
+    breaks and labels. Without lanes, rank r is at y = r."""
     ranks = sorted(tl.steps["rank"].unique())
-    bars = tl.bars.assign(ymin=tl.bars["rank"] - 0.4, ymax=tl.bars["rank"] + 0.4)
-    marks = tl.steps.assign(y0=tl.steps["rank"] - 0.47, y1=tl.steps["rank"] + 0.47)
+    lanes = tl.lanes if tl.lanes is not None and len(tl.lanes) else None
+    pos: dict[tuple[int, int], float] = {}
+    breaks: list[float] = []
+    labels: list[str] = []
+    y = 0.0
+    for r in ranks:
+        y = float(r) if lanes is None else y
+        pos[(r, 0)] = y
+        breaks.append(y)
+        labels.append(f"rank {r}")
+        if lanes is not None:
+            mine = lanes[(lanes["rank"] == r) & (lanes["part"] != "wait")]
+            for lane, text in mine.drop_duplicates("lane").sort_values("lane")[["lane", "label"]].itertuples(
+                    index=False):
+                y += 0.8
+                pos[(r, int(lane))] = y
+                breaks.append(y)
+                labels.append(str(text))
+            y += 1.4  # a gap before the next rank
+    return pos, breaks, labels
+
+
+def timeline(tl: Timeline, label: RunLabel) -> ggplot:
+    """Gantt chart: a row per rank, phase intervals along time, step starts marked; under each
+    rank, when the timeline has lanes, its regions (data loading, forward, backward,
+    optimizer, waits) and its communication lanes (each bucket or background reduction, its
+    waiting for the last rank in the idle colour)."""
+    ranks = sorted(tl.steps["rank"].unique())
+    pos, breaks, tick_labels = timeline_rows(tl)
+    y = tl.bars["rank"].map(lambda r: pos[(r, 0)])
+    bars = tl.bars.assign(ymin=y - 0.4, ymax=y + 0.4)
+    bottom = {r: max(v for (rr, _), v in pos.items() if rr == r) for r in ranks}
+    marks = tl.steps.assign(y0=tl.steps["rank"].map(lambda r: pos[(r, 0)]) - 0.47,
+                            y1=tl.steps["rank"].map(bottom) + 0.47)
     first = tl.steps[tl.steps["rank"] == ranks[0]]
-    tags = first.assign(x=first["start_ms"], y=ranks[0] - 0.55, text="step " + first["step"].astype(str))
+    top = pos[(ranks[0], 0)]
+    tags = first.assign(x=first["start_ms"], y=top - 0.55, text="step " + first["step"].astype(str))
     a, b = tl.window
     shown = f"step {a}" if b - a == 1 else f"steps {a}–{b - 1}"
     subtitle = f"{shown}; black ticks: step starts; white: outside any step"
     if tl.note:
         subtitle += f"\n{tl.note}"
-    height = min(9.0, max(HEIGHT_IN - 0.6, 2.0 + 0.32 * len(ranks)))
+    present = present_phases(tl.bars["phase"])
+    layers = [geom_rect(bars, aes(xmin="start_ms", xmax="end_ms", ymin="ymin", ymax="ymax", fill="phase"))]
+    if tl.lanes is not None and len(tl.lanes):
+        ly = pd.Series([pos[(r, la)] for r, la in zip(tl.lanes["rank"], tl.lanes["lane"], strict=True)],
+                       index=tl.lanes.index)
+        half = tl.lanes["part"].map({"wait": 0.14}).fillna(0.3)
+        lanes = tl.lanes.assign(ymin=ly - half, ymax=ly + half)
+        layers.append(geom_rect(lanes, aes(xmin="start_ms", xmax="end_ms", ymin="ymin", ymax="ymax", fill="fill"),
+                                color="white", size=0.1))
+        present = present + [f for f in dict.fromkeys(tl.lanes["fill"]) if f not in present]
+        fill = timeline_fill(present)
+        small_labels = theme(axis_text_y=element_text(size=BASE_SIZE - 2))
+    else:
+        fill = phase_fill(present)
+        small_labels = theme()
+    span = max(breaks) - min(breaks)
+    height = min(9.0, max(HEIGHT_IN - 0.6, 2.0 + 0.32 * span * (1 if tl.lanes is None else 0.9)))
+    plot = ggplot()
+    for layer in layers:
+        plot = plot + layer
     return (
-        ggplot()
-        + geom_rect(bars, aes(xmin="start_ms", xmax="end_ms", ymin="ymin", ymax="ymax", fill="phase"))
+        plot
         + geom_segment(marks, aes(x="start_ms", xend="start_ms", y="y0", yend="y1"), size=0.6, color="black")
         + geom_text(tags, aes(x="x", y="y", label="text"), size=BASE_SIZE - 3, ha="left", va="bottom")
-        + phase_fill(present_phases(tl.bars["phase"]))
-        + scale_y_reverse(breaks=ranks, labels=[f"rank {r}" for r in ranks],
-                          limits=(max(ranks) + 0.6, min(ranks) - 0.95))
+        + fill
+        + scale_y_reverse(breaks=breaks, labels=tick_labels, limits=(max(breaks) + 0.6, min(breaks) - 0.95))
         + scale_x_continuous(expand=(0.01, 0))
         + labs(title=label.title(), subtitle=subtitle, x=f"time since the start of step {a} [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, height), panel_grid_major_y=element_blank(),
                 axis_ticks_major_y=element_blank(), axis_title_y=element_blank())
+        + small_labels
     )
 
 

@@ -1,11 +1,13 @@
 """``analyze report``: every figure of one or more runs, as a multi-page PDF (and PNGs).
 
 Page order: the bottleneck comparison of all runs first (the page that compares frameworks),
-then for each run its timeline, its per-step breakdown and, where it has collectives, its
-collective waits. A sweep directory (``instrument sweep``) gets the pages of
-:mod:`reports.scaling` instead. Each run's database is built or reused exactly as ``analyze phases`` does.
-The PDF is written to a temporary file and renamed, so a failed report never leaves half a
-PDF where a previous one was.
+then for each run its timeline, its per-step breakdown, where it has collectives its
+collective waits, then its overlap, root-cause and critical-path pages where it has the data
+(:mod:`reports.causes`), and where it has power one power-over-time page per device. A sweep
+directory (``instrument sweep``) gets the pages of :mod:`reports.scaling` instead.
+Each run's database is built or reused exactly as ``analyze phases`` does. The PDF is
+written to a temporary file and renamed, so a failed report never leaves half a PDF where a
+previous one was.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from analyze.errors import AnalyzeError
 from analyze.experiments import compare
 from analyze.tables import database
 from analyze.views import Timeline
-from reports import figures
+from reports import causes, energy, figures
 from reports.page import Page
 
 PNG_DPI = 200
@@ -63,6 +65,8 @@ def run_pages(con: duckdb.DuckDBPyConnection, index: int, steps: tuple[int, int]
     waits = views.collective_waits(con)
     if len(waits):
         pages.append(Page(f"{tag}-waits", figures.collective_waits(waits, views.stragglers(waits), label)))
+    pages += causes.run_pages(con, tag, label)
+    pages += energy.run_pages(con, tag, label)  # power over time, where the trace has power
     return label, pages, tl
 
 
@@ -76,23 +80,24 @@ def build_report(
     force: bool = False,
     step_region: str | None = None,
     patterns: Path | str | None = None,
+    baseline: dict[str, str] | None = None,
 ) -> Report:
     """Build (or reuse) each run's database and write the report to ``out`` (a .pdf).
 
     ``steps`` is the timeline window (half-open step range) for every run; default: a few
     steady-state steps after warm-up. With ``png``, each page is also written as
-    ``<out stem>-<page>.png`` beside the PDF.
+    ``<out stem>-<page>.png`` beside the PDF. ``baseline``: what a sweep's EDP is normalized to.
     """
     out = Path(out)
     if out.suffix.lower() != ".pdf":
         raise AnalyzeError(f"the report file must end in .pdf: {out}")
     if any(compare.is_sweep(Path(r)) for r in runs):
-        return _sweep_report(runs, out, png, force)
+        return _sweep_report(runs, out, png, force, baseline)
     comparison = []
     pages: list[Page] = []
     notes: list[str] = []
     for i, run in enumerate(runs, start=1):
-        paths = database.build(run, force=force, step_region=step_region, patterns=patterns)
+        paths = database.build(run, force=force, step_region=step_region, patterns=patterns, causes=True)
         with duckdb.connect(str(paths.db), read_only=True) as con:
             label, mine, tl = run_pages(con, i, steps, str(run))
             per_phase = views.breakdown(con)
@@ -105,7 +110,8 @@ def build_report(
     return Report(out, [p.slug for p in pages], pngs, notes)
 
 
-def _sweep_report(runs: list[Path | str], out: Path, png: bool, force: bool) -> Report:
+def _sweep_report(runs: list[Path | str], out: Path, png: bool, force: bool,
+                  baseline: dict[str, str] | None = None) -> Report:
     """A sweep's pages (reports/scaling.py); per-run pages are left to ``analyze report RUN``."""
     if len(runs) > 1:
         sweep = next(r for r in runs if compare.is_sweep(Path(r)))
@@ -113,7 +119,7 @@ def _sweep_report(runs: list[Path | str], out: Path, png: bool, force: bool) -> 
                            "-o FILE.pdf), or name single runs only.")
     from reports.scaling import sweep_pages
 
-    result = compare.compare(Path(runs[0]), force=force)
+    result = compare.compare(Path(runs[0]), force=force, baseline=baseline)
     pages = sweep_pages(result)
     pngs = write(pages, out, png)
     notes = [*result.notes, f"no per-run pages for a sweep; draw a run's with analyze report "

@@ -8,8 +8,8 @@ the usual design) and the remaining factors split the panels.
 A sweep's report has no per-run pages (a 180-run sweep would need 540): its pages are the
 bottleneck comparison per configuration (mean over replications, 12 configurations a page),
 the scaling curves, phases against ranks, the fits, the allreduce model, its hold-out
-predictions and the allocation of variation. ``analyze report SWEEP/<run>`` draws any run's
-own pages.
+predictions, the allocation of variation and, where the runs have power, energy and EDP.
+``analyze report SWEEP/<run>`` draws any run's own pages.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from plotnine import (
 )
 
 from analyze.experiments.compare import PHASE_COLUMNS, Comparison, group_labels
-from reports import figures
+from reports import energy, figures
 from reports.page import Page
 from reports.theme import BASE_SIZE, HEIGHT_IN, PHASE_ORDER, WIDTH_IN, phase_fill, theme_dltrace
 
@@ -279,4 +279,6 @@ def sweep_pages(c: Comparison) -> list[Page]:
         pages.append(Page("predictions", predictions(c.predictions)))
     if len(c.variation):
         pages.append(Page("variation", variation(c.variation)))
+    if len(c.energy_configs):
+        pages.append(Page("energy", energy.sweep_energy(c.energy_configs)))
     return pages

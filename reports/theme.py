@@ -43,6 +43,37 @@ PHASE_LABELS = {
 }
 
 
+# The timeline's lanes under each rank: regions of the main thread and communication lanes.
+# Okabe-Ito colours the phases leave free, and light tints for waits and user regions; on the
+# communication lanes a collective has its phase's colour and its waiting the idle colour.
+LANE_ORDER = ["dataloader", "forward", "backward", "optimizer", "wait", "user", "waiting"]
+LANE_COLORS = {
+    "dataloader": "#F0E442",  # yellow
+    "forward": "#56B4E9",  # sky blue
+    "backward": "#CC79A7",  # reddish purple
+    "optimizer": "#000000",  # black
+    "wait": "#EAAE7F",  # vermillion tint: the main thread waits for communication
+    "user": "#BBBBBB",  # light grey
+    "waiting": PHASE_COLORS["idle"],
+}
+LANE_LABELS = {
+    "dataloader": "data loading", "forward": "forward", "backward": "backward",
+    "optimizer": "optimizer", "wait": "wait region", "user": "user region",
+    "waiting": "lane waiting",
+}
+
+
+def timeline_fill(present: list[str]) -> list:
+    """One fill scale for the phases and the lanes (phases first), listing what is present."""
+    breaks = [p for p in PHASE_ORDER + LANE_ORDER if p in present]
+    labels = {**PHASE_LABELS, **LANE_LABELS}
+    return [
+        scale_fill_manual(values={**PHASE_COLORS, **LANE_COLORS}, breaks=breaks,
+                          labels=[labels[b] for b in breaks], name="phase", drop=False),
+        guides(fill=guide_legend(ncol=min(4, len(breaks)), byrow=True)),
+    ]
+
+
 def phase_fill(present: list[str] | None = None) -> list:
     """The phase fill scale and its one-row legend; ``present`` limits the legend to the
     phases that occur (the colours never change)."""

@@ -23,13 +23,16 @@ from workload import add_arguments, batches, gradient_bytes, make_model
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                        help="DDP's gradient bucket size (default 25, DDP's own); smaller buckets "
+                        "start their allreduces earlier in backward")
     args = parser.parse_args()
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     torch.manual_seed(args.seed)
     model = make_model(args.model)
-    ddp = DDP(model)
+    ddp = DDP(model, bucket_cap_mb=args.bucket_cap_mb)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss()
 

@@ -19,13 +19,17 @@ class StepClock:
         self.rank = rank
         self.losses: list[float] = []
         self.times: list[float] = []
+        self.cpu_times: list[float] = []  # CPU time of the whole process (all threads) per step
         self._t0 = time.perf_counter()
+        self._c0 = time.process_time()
 
     def start(self) -> None:
         self._t0 = time.perf_counter()
+        self._c0 = time.process_time()
 
     def done(self, loss: float) -> None:
         self.times.append(time.perf_counter() - self._t0)
+        self.cpu_times.append(time.process_time() - self._c0)
         self.losses.append(float(loss))
         if self.rank == 0:
             print(f"step {len(self.losses) - 1} loss {float(loss)!r}", flush=True)
@@ -38,5 +42,6 @@ class StepClock:
             path = os.environ.get("DLTRACE_EXAMPLE_RESULT")
             if path:
                 with open(path, "w") as f:
-                    json.dump({"losses": self.losses, "step_times_s": self.times}, f)
+                    json.dump({"losses": self.losses, "step_times_s": self.times,
+                               "step_cpu_s": self.cpu_times}, f)
         print(f"rank {self.rank} done: {len(self.losses)} steps", flush=True)

@@ -89,7 +89,23 @@ def batches(args: argparse.Namespace, rank: int, world: int) -> Iterator[tuple[t
     per_rank = args.batch_size * args.accumulate * args.steps
     data = SyntheticImages(per_rank * world, args.image_size, seed=args.seed)
     sampler = DistributedSampler(data, num_replicas=world, rank=rank, shuffle=False)
-    return iter(DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True))
+    collate = slow_collate(args.slow_data_ms) if rank == args.slow_rank else None
+    return iter(DataLoader(data, batch_size=args.batch_size, sampler=sampler, drop_last=True,
+                           collate_fn=collate))
+
+
+def slow_collate(ms: float):  # type: ignore[no-untyped-def]
+    """The default collate, ``ms`` milliseconds slower: a straggler in data loading (it runs
+    inside the DataLoader's ``__next__``, so inside the traced data loading region)."""
+    import time
+
+    from torch.utils.data import default_collate
+
+    def collate(batch):  # type: ignore[no-untyped-def]
+        time.sleep(ms / 1000)
+        return default_collate(batch)
+
+    return collate
 
 
 def gradient_bytes(model: nn.Module) -> int:
@@ -107,5 +123,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slow-rank", type=int, default=None, metavar="R",
+                   help="make rank R a straggler: it sleeps --slow-data-ms in each batch's data loading")
+    p.add_argument("--slow-data-ms", type=float, default=50.0, help="the straggler's extra ms per batch")
     p.add_argument("--fail-at-step", type=int, default=None, help="testing: raise at this step")
     p.add_argument("--fail-rank", type=int, default=1, help="testing: the rank that raises")

@@ -12,9 +12,15 @@ Each item is ``(rank, region, start_ns, end_ns[, extra])``; intervals of a rank 
 ``sent``/``recv``, ``root``, ``comm``), a message (``send``/``recv``: peer rank, ``tag``,
 ``bytes``, ``at``: time, default the region's start for sends and end for receives), or a
 region role (``role``) for regions whose name says nothing. ``lane=True`` puts the item on
-the rank's communication lane (an asynchronous collective); ``timeline="NAME"`` on a location
+the rank's communication lane (an asynchronous collective), ``lane=K`` on its lane K (for
+operations in flight at once); ``timeline="NAME"`` on a location
 of that name and kind ``timeline`` (an imported timeline, such as Horovod's). The archive goes through the
 same writer as real runs.
+
+``metrics`` adds metric channels as the power sampler records them: dicts with ``name`` (e.g.
+``gpu 0 energy``), ``unit``, ``exponent``, ``mode`` (default J, -6, ACCUMULATED_START),
+``rank`` (the rank it is charged to; None: the host), ``recorder`` (the rank whose METRIC
+location records it, default 0) and ``samples``: [(time_ns, integer value), ...].
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
+from traceio.archive import ArchiveSpec, LocationSpec, MetricSpec, RankSpec
 from traceio.otf2_writer import write_archive
 from traceio.records import EVENT_DTYPE, Kind, Op, Role
 
@@ -79,6 +85,11 @@ def _stream(items: list[Item], regions: dict[tuple[str, str], int], comms: dict[
     return np.array(rows, dtype=EVENT_DTYPE)
 
 
+def _lane(value: bool | int) -> int:
+    """``lane=True`` is lane 0; ``lane=k`` lane k (concurrent operations need lanes of their own)."""
+    return 0 if value is True else int(value)
+
+
 def _role(name: str, extra: dict[str, Any]) -> str:
     if "role" in extra:
         return str(extra["role"])
@@ -90,7 +101,7 @@ def _role(name: str, extra: dict[str, Any]) -> str:
 
 
 def write_literal(directory: Path, items: list[Item], clock_offsets: dict[int, list] | None = None,
-                  hosts: dict[int, str] | None = None) -> Path:
+                  hosts: dict[int, str] | None = None, metrics: list[dict[str, Any]] | None = None) -> Path:
     """Write the archive into ``directory``; return the anchor path."""
     full = [tuple(i) if len(i) == 5 else (*i, {}) for i in items]
     ranks = sorted({i[0] for i in full})
@@ -102,18 +113,34 @@ def write_literal(directory: Path, items: list[Item], clock_offsets: dict[int, l
     specs = []
     for rank in ranks:
         mine = [i for i in full if i[0] == rank]
-        main = [i for i in mine if not i[4].get("lane") and "timeline" not in i[4]]
-        lane = [i for i in mine if i[4].get("lane")]
+        main = [i for i in mine if "lane" not in i[4] and "timeline" not in i[4]]
         locations = [LocationSpec(rank, 0, "main thread", "main", _stream(main, regions, comms, 0))]
-        if lane:
-            locations.append(LocationSpec(rank, 1, "comm lane 0", "comm_lane", _stream(lane, regions, comms, 1)))
+        for lane in sorted({_lane(i[4]["lane"]) for i in mine if "lane" in i[4]}):
+            on = [i for i in mine if "lane" in i[4] and _lane(i[4]["lane"]) == lane]
+            index = len(locations)
+            locations.append(LocationSpec(rank, index, f"comm lane {lane}", "comm_lane",
+                                          _stream(on, regions, comms, index)))
         for name in sorted({i[4]["timeline"] for i in mine if "timeline" in i[4]}):
             index = len(locations)
             locations.append(LocationSpec(rank, index, name, "timeline", _stream(
                 [i for i in mine if i[4].get("timeline") == name], regions, comms, index)))
         specs.append(RankSpec(rank, (hosts or {}).get(rank, "host"), (clock_offsets or {}).get(rank, []),
                               locations))
+    channels = []
+    for spec in specs:
+        mine = [(i, m) for i, m in enumerate(metrics or []) if m.get("recorder", 0) == spec.rank]
+        if not mine:
+            continue
+        index = len(spec.locations)
+        rows = sorted((t, i, v) for i, m in mine for t, v in m["samples"])
+        recs = np.array([_row(t, Kind.METRIC, region=i, aux=v, loc=index) for t, i, v in rows], dtype=EVENT_DTYPE)
+        spec.locations.append(LocationSpec(spec.rank, index, f"power {spec.host}", "metric", recs))
+    for m in metrics or []:
+        recorder = next(s for s in specs if s.rank == m.get("recorder", 0))
+        channels.append(MetricSpec(m["name"], f"literal on {recorder.host}", m.get("unit", "J"),
+                                   m.get("exponent", -6), m.get("mode", "ACCUMULATED_START"), recorder.host,
+                                   m.get("rank"), (recorder.rank, len(recorder.locations) - 1)))
     spec = ArchiveSpec([k for k, _ in sorted(regions.items(), key=lambda kv: kv[1])],
-                       [(name, ranks) for name in comm_names], specs)
+                       [(name, ranks) for name in comm_names], specs, metrics=channels)
     directory.mkdir(parents=True, exist_ok=True)
     return write_archive(spec, directory)

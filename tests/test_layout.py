@@ -35,23 +35,29 @@ ROOMS: dict[str, set[str]] = {
     "instrument.experiments": {"instrument.launch", "instrument.errors"},
     "instrument.convert": {"instrument.errors"},  # source-to-source conversion (libcst)
     "instrument.bootstrap": {"instrument.tracer", "instrument.hooks", "instrument.scorep",
-                             "instrument.launch.rank_env", "traceio"},
+                             "instrument.launch.rank_env", "instrument.power", "traceio"},
+    "instrument.power": {"instrument.tracer", "traceio"},
     "instrument.cli": {"instrument", "traceio"},
     # the analysis side
     "analyze": {"analyze.tables", "analyze.errors"},  # the package face: lazy ``analyze.open``
     "analyze.errors": set(),
-    "analyze.schema": set(),
+    "analyze.schema": {"traceio"},  # the device names our power channels carry
     "analyze.readers": {"traceio", "analyze.errors"},
     "analyze.tables": {"analyze.readers", "analyze.schema", "analyze.errors", "analyze.engine",
-                       "traceio"},
+                       "analyze.energy", "traceio"},
     "analyze.engine": {"analyze.errors"},  # runs tasks it is given; knows nothing of tables
+    "analyze.energy": {"analyze.schema", "traceio"},
+    "analyze.power": {"analyze.tables", "analyze.views", "analyze.schema", "analyze.energy"},
+    "analyze.tables.causes": {"analyze.tables", "analyze.schema"},
     "analyze.views": {"analyze.tables", "analyze.schema"},
     "analyze.background": {"analyze.tables", "analyze.schema"},
-    "analyze.experiments": {"analyze.tables", "analyze.views", "analyze.schema", "analyze.errors"},
+    "analyze.experiments": {"analyze.tables", "analyze.views", "analyze.schema", "analyze.errors",
+                            "analyze.energy", "analyze.power"},
+    "analyze.export": {"analyze.tables", "analyze.schema", "analyze.errors", "traceio"},
     "analyze.cli": {"analyze", "reports"},
     # figures: from the analysis' tables
     "reports": {"analyze.views", "analyze.tables", "analyze.experiments", "analyze.errors",
-                "analyze.schema"},
+                "analyze.schema", "analyze.power"},
 }
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from otf2.enums import CollectiveOp, RegionRole
+from otf2.enums import CollectiveOp, LocationType, RegionRole
 
 from traceio.records import Op, Role
 
@@ -21,7 +21,7 @@ class LocationSpec:
     rank: int
     index: int  # 0: main thread; then other threads; then communication lanes
     name: str
-    kind: str  # "main", "thread" or "comm_lane"
+    kind: str  # "main", "thread", "comm_lane", "timeline", "tracer", "accelerator_stream" or "metric"
     records: np.ndarray  # EVENT_DTYPE, kinds ENTER / LEAVE / COLL_BEGIN / COLL_END, time-ordered
 
     @property
@@ -39,12 +39,33 @@ class RankSpec:
 
 
 @dataclass
+class MetricSpec:
+    """One metric channel, written as Score-P writes its asynchronous per-host plugin metrics:
+    a MetricMember (INT64), its own ASYNCHRONOUS MetricClass, and a MetricInstance recorded by
+    the METRIC location ``recorder`` (rank, location index) whose scope is the host's system
+    tree node, or the location group (process) of ``rank`` when the channel is charged to one
+    rank (a GPU pinned to it). METRIC records of the recorder refer to it by its index in
+    :attr:`ArchiveSpec.metrics`. No two channels may have identical definitions (the ``otf2``
+    package would merge them): the merge puts the host into each description."""
+
+    name: str
+    description: str
+    unit: str  # SI unit of the value times 10**exponent: "J", "W"
+    exponent: int  # value * 10**exponent is in ``unit``: -6 for microjoules
+    mode: str  # MetricMode name: "ACCUMULATED_START" (running totals) or "ABSOLUTE_POINT"
+    host: str
+    rank: int | None  # the rank it is charged to; None: shared by the host
+    recorder: tuple[int, int]  # (rank, location index) of the METRIC location recording it
+
+
+@dataclass
 class ArchiveSpec:
     regions: list[tuple[str, str]]  # (name, Role value)
     comms: list[tuple[str, list[int]]]  # (name, member ranks in communicator order)
     ranks: list[RankSpec]
     start_realtime_ns: int | None = None
     creator: str = "dltrace"
+    metrics: list[MetricSpec] = field(default_factory=list)
 
     def event_count(self) -> int:
         return sum(len(loc.records) for r in self.ranks for loc in r.locations)
@@ -62,6 +83,9 @@ OTF2_ROLE = {
     Role.POINT2POINT: RegionRole.POINT2POINT,
     Role.WAIT: RegionRole.TASK_WAIT,
     Role.ARTIFICIAL: RegionRole.ARTIFICIAL,
+    Role.KERNEL: RegionRole.KERNEL,
+    Role.DATA_TRANSFER: RegionRole.DATA_TRANSFER,
+    Role.COLL_OTHER: RegionRole.COLL_OTHER,
 }
 OTF2_OP = {
     Op.BARRIER: CollectiveOp.BARRIER,
@@ -73,8 +97,13 @@ OTF2_OP = {
     Op.REDUCE: CollectiveOp.REDUCE,
     Op.ALLREDUCE: CollectiveOp.ALLREDUCE,
     Op.REDUCE_SCATTER: CollectiveOp.REDUCE_SCATTER,
+    Op.ALLTOALLV: CollectiveOp.ALLTOALLV,
 }
+# OTF2 location type of each location kind (what is not listed is a CPU thread)
 UNDEFINED_ROOT = 0xFFFFFFFF
+METRIC_KIND = "metric"
+# OTF2 location types by LocationSpec.kind; everything else is a CPU thread.
+OTF2_LOCATION_TYPE = {"accelerator_stream": LocationType.ACCELERATOR_STREAM, METRIC_KIND: LocationType.METRIC}
 
 
 def corrected(times: np.ndarray, offsets: list[tuple[int, int, float]]) -> np.ndarray:

@@ -15,10 +15,31 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from otf2.enums import CollectiveOp, GroupType, LocationGroupType, LocationType, Paradigm, Undefined
+from otf2.enums import (
+    Base,
+    CollectiveOp,
+    GroupType,
+    LocationGroupType,
+    LocationType,
+    MetricMode,
+    MetricOccurrence,
+    MetricScope,
+    MetricType,
+    Paradigm,
+    RecorderKind,
+    Type,
+    Undefined,
+)
 
 from traceio import codec
-from traceio.archive import OTF2_OP, OTF2_ROLE, TIMER_RESOLUTION, ArchiveSpec, time_span
+from traceio.archive import (
+    OTF2_LOCATION_TYPE,
+    OTF2_OP,
+    OTF2_ROLE,
+    TIMER_RESOLUTION,
+    ArchiveSpec,
+    time_span,
+)
 from traceio.records import EVENT_DTYPE, Role
 
 UNDEFINED = 0xFFFFFFFF
@@ -64,8 +85,8 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
         raise RuntimeError("the native OTF2 writer is not built")
 
     # Strings are numbered in the order the otf2 package writes them (nodes, location groups,
-    # locations, location properties, regions, groups, communicators), so that the
-    # definition files come out byte for byte like its.
+    # locations, location properties, regions, groups, metric members, communicators), so that
+    # the definition files come out byte for byte like its.
     s = _Strings()
     nodes = [(s("machine"), s(""), UNDEFINED)]
     node_of: dict[str, int] = {}
@@ -80,7 +101,10 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
     locations: list[tuple[Any, ...]] = []
     kinds: list[str] = []
     main_of: dict[int, int] = {}
+    group_of: dict[int, int] = {}
+    placed: dict[tuple[int, int], int] = {}
     for group, rank in enumerate(spec.ranks):
+        group_of[rank.rank] = group
         offsets = [(int(t), int(o), float(sd)) for t, o, sd in rank.clock_offsets]
         for loc in rank.locations:
             records = np.ascontiguousarray(loc.records)
@@ -88,7 +112,9 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
                 raise ValueError(f"location {loc.name!r} of rank {rank.rank}: records are not EVENT_DTYPE")
             if loc.kind == "main":
                 main_of[rank.rank] = len(locations)
-            locations.append((s(loc.name), LocationType.CPU_THREAD.value, group, records, offsets))
+            placed[(rank.rank, loc.index)] = len(locations)
+            otf2_type = OTF2_LOCATION_TYPE.get(loc.kind, LocationType.CPU_THREAD)
+            locations.append((s(loc.name), otf2_type.value, group, records, offsets))
             kinds.append(loc.kind)
     properties = [(ref, s("dltrace::kind"), s(kind)) for ref, kind in enumerate(kinds)]
     regions = [
@@ -106,6 +132,18 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
         for name, members in spec.comms:
             comm_groups.append((s(name), GroupType.COMM_GROUP.value, Paradigm.MPI.value, 0,
                                 [index[m] for m in members if m in index]))
+    # One member, class and instance per channel, as the otf2 writer registers them: members
+    # 0, 1, ...; classes and instances share the metric references: class 2i, instance 2i+1.
+    metric_members: list[tuple[Any, ...]] = []
+    metrics: list[tuple[Any, ...]] = []
+    for i, m in enumerate(spec.metrics):
+        metric_members.append((s(m.name), s(m.description), MetricType.OTHER.value, getattr(MetricMode, m.mode).value,
+                        Type.INT64.value, Base.DECIMAL.value, m.exponent, s(m.unit)))
+        metrics.append((0, [i], MetricOccurrence.ASYNCHRONOUS.value, RecorderKind.ABSTRACT.value))
+        scope = (MetricScope.SYSTEM_TREE_NODE.value, node_of[m.host]) if m.rank is None else \
+            (MetricScope.LOCATION_GROUP.value, group_of[m.rank])
+        metrics.append((1, 2 * i, placed[m.recorder], *scope))
+    if spec.comms:
         comms = [(s(name), i + 1, UNDEFINED, 0) for i, (name, _) in enumerate(spec.comms)]
 
     op_map = bytearray([CollectiveOp.ALLREDUCE.value] * 256)
@@ -113,4 +151,5 @@ def write(spec: ArchiveSpec, directory: Path, archive_name: str) -> int:
         op_map[int(op)] = otf2_op.value
     return int(native.write_archive(
         str(directory), archive_name, spec.creator, _clock(spec), s.items, nodes, groups, locations,
-        properties, regions, comm_groups, comms, list(range(len(comms))), bytes(op_map)))
+        properties, regions, comm_groups, comms, list(range(len(comms))), bytes(op_map),
+        metric_members, metrics, [2 * i + 1 for i in range(len(metric_members))]))

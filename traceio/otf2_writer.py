@@ -1,9 +1,13 @@
 """Write an :class:`~traceio.archive.ArchiveSpec` as an OTF2 archive with the ``otf2`` package.
 
 Layout follows Score-P's so that Vampir, ``otf2-print`` and other readers treat it alike: one
-PROCESS location group per rank, CPU_THREAD locations, communicators as a COMM_LOCATIONS
+PROCESS location group per rank, CPU_THREAD locations (ACCELERATOR_STREAM for device streams
+imported from torch.profiler), communicators as a COMM_LOCATIONS
 group of the ranks' main threads plus one COMM_GROUP and COMM per communicator, collectives
-as Enter, MpiCollectiveBegin, MpiCollectiveEnd, Leave. Timestamps are each rank's own clock
+as Enter, MpiCollectiveBegin, MpiCollectiveEnd, Leave; metric channels (the power sampler's)
+as Score-P writes asynchronous per-host plugin metrics: a METRIC location with one
+MetricMember, MetricClass and MetricInstance per channel (:class:`~traceio.archive.MetricSpec`)
+and Metric events. Timestamps are each rank's own clock
 in nanoseconds; each location carries its rank's ClockOffset records, which readers
 interpolate to the reference clock.
 
@@ -21,11 +25,24 @@ from pathlib import Path
 import _otf2
 import numpy as np
 import otf2
-from otf2.enums import CollectiveOp, GroupType, LocationGroupType, LocationType, Paradigm
+from otf2.enums import (
+    Base,
+    CollectiveOp,
+    GroupType,
+    LocationGroupType,
+    LocationType,
+    MetricMode,
+    MetricOccurrence,
+    MetricType,
+    Paradigm,
+    RecorderKind,
+    Type,
+)
 
 from traceio import codec, native_writer
 from traceio.archive import (
     ARCHIVE_NAME,
+    OTF2_LOCATION_TYPE,
     OTF2_OP,
     OTF2_ROLE,
     TIMER_RESOLUTION,
@@ -80,18 +97,22 @@ def _write(spec: ArchiveSpec, directory: Path) -> None:
         machine = defs.system_tree_node("machine")
         nodes: dict[str, object] = {}
         main_locations = {}
+        groups: dict[int, object] = {}
+        placed: dict[tuple[int, int], object] = {}
         written: list[tuple[object, LocationSpec, list[tuple[int, int, float]]]] = []
         for rank in spec.ranks:
             node = nodes.get(rank.host)
             if node is None:
                 node = nodes[rank.host] = defs.system_tree_node(rank.host, parent=machine)
-            group = defs.location_group(f"rank {rank.rank}", system_tree_parent=node,
-                                        location_group_type=LocationGroupType.PROCESS)
+            group = groups[rank.rank] = defs.location_group(
+                f"rank {rank.rank}", system_tree_parent=node, location_group_type=LocationGroupType.PROCESS)
             for loc in rank.locations:
-                location = defs.location(loc.name, group=group, type=LocationType.CPU_THREAD)
+                location = defs.location(loc.name, group=group,
+                                         type=OTF2_LOCATION_TYPE.get(loc.kind, LocationType.CPU_THREAD))
                 defs.location_property(location, "dltrace::kind", value=loc.kind)
                 if loc.kind == "main":
                     main_locations[rank.rank] = location
+                placed[(rank.rank, loc.index)] = location
                 written.append((location, loc, rank.clock_offsets))
 
         comm_refs = []
@@ -105,9 +126,19 @@ def _write(spec: ArchiveSpec, directory: Path) -> None:
                                    members=[index[m] for m in members if m in index])
                 comm_refs.append(defs.comm(name, group))
 
+        instances = []
+        for m in spec.metrics:
+            member = defs.metric_member(m.name, m.description, metric_type=MetricType.OTHER,
+                                        metric_mode=getattr(MetricMode, m.mode), value_type=Type.INT64,
+                                        base=Base.DECIMAL, exponent=m.exponent, unit=m.unit)
+            cls = defs.metric_class([member], occurrence=MetricOccurrence.ASYNCHRONOUS,
+                                    recorder_kind=RecorderKind.ABSTRACT)
+            scope = nodes[m.host] if m.rank is None else groups[m.rank]
+            instances.append(defs.metric_instance(cls, placed[m.recorder], scope=scope))
+
         for location, loc, offsets in written:
             writer = trace.event_writer_from_location(location)
-            _write_events(writer, loc.records, regions, comm_refs)
+            _write_events(writer, loc.records, regions, comm_refs, instances)
             def_writer = _otf2.Archive_GetDefWriter(trace._handle, location._ref)  # type: ignore[attr-defined]
             for local_ns, offset_ns, stddev in offsets:
                 _otf2.DefWriter_WriteClockOffset(def_writer, int(local_ns), int(offset_ns), float(stddev))
@@ -121,7 +152,7 @@ def _write(spec: ArchiveSpec, directory: Path) -> None:
                 trace._realtime_timestamp = spec.start_realtime_ns / 1e9
 
 
-def _write_events(writer, records: np.ndarray, regions: list, comms: list) -> None:  # type: ignore[no-untyped-def]
+def _write_events(writer, records: np.ndarray, regions: list, comms: list, metrics: list) -> None:  # type: ignore[no-untyped-def]
     for rec in records.tolist():
         time, _aux, sent, recv, region, comm, root, _loc, kind, op = rec
         if kind == Kind.ENTER:
@@ -138,3 +169,5 @@ def _write_events(writer, records: np.ndarray, regions: list, comms: list) -> No
             writer.mpi_send(time, root, comms[comm], _aux, sent)
         elif kind == Kind.RECV:
             writer.mpi_recv(time, root, comms[comm], _aux, sent)
+        elif kind == Kind.METRIC:
+            writer.metric(time, metrics[region], _aux)

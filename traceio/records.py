@@ -16,6 +16,13 @@ the record kind:
 - ``STEP_DISCARD``: the step region whose index is ``aux`` ended without an optimizer step
   (evaluation or shutdown after the last step); the merge writes it as a ``dltrace.tail``
   region instead of a step.
+- ``METRIC``: one sample of metric member ``region`` (an index into the rank's metric
+  definitions, as regions index region definitions) on metric location ``loc``, taken at
+  ``time``; the value is the integer ``aux`` in the member's unit and exponent (the power
+  sampler: cumulative energy in microjoules, or power in milliwatts). An integer rather than a
+  float reinterpreted in the field: the readings are integers at the source (RAPL's
+  ``energy_uj``, NVML's mJ and mW), so nothing is rounded, and ``otf2-print`` shows them as
+  they were read. The merge writes it as an OTF2 Metric event of type INT64.
 """
 
 from __future__ import annotations
@@ -60,6 +67,7 @@ class Kind(IntEnum):
     # ``aux`` the tag, ``bytes_sent`` the message length.
     SEND = 7
     RECV = 8
+    METRIC = 9
 
 
 class Op(IntEnum):
@@ -77,6 +85,9 @@ class Op(IntEnum):
     REDUCE_SCATTER = 9
     SEND = 10
     RECV = 11
+    # NCCL kernels whose operation their trace does not say (SendRecv: all_to_all or grouped
+    # send/recv); OTF2 has no "unknown" operation, this is its nearest
+    ALLTOALLV = 12
 
 
 class Role(StrEnum):
@@ -90,6 +101,9 @@ class Role(StrEnum):
     POINT2POINT = "point2point"
     WAIT = "wait"  # the main thread blocks on asynchronous communication
     ARTIFICIAL = "artificial"  # tracer overhead (spill writes, clock sync)
+    KERNEL = "kernel"  # an accelerator kernel (imported from torch.profiler)
+    DATA_TRANSFER = "data_transfer"  # an accelerator memory copy or set
+    COLL_OTHER = "coll_other"  # a collective kernel whose operation is not known
 
 
 ROLE_OF_OP = {
@@ -102,6 +116,7 @@ ROLE_OF_OP = {
     Op.ALLTOALL: Role.COLL_ALL2ALL,
     Op.ALLREDUCE: Role.COLL_ALL2ALL,
     Op.REDUCE_SCATTER: Role.COLL_ALL2ALL,
+    Op.ALLTOALLV: Role.COLL_ALL2ALL,
     Op.SEND: Role.POINT2POINT,
     Op.RECV: Role.POINT2POINT,
 }
@@ -124,3 +139,32 @@ CLOCK_SYNC = "dltrace.clock_sync"
 def empty(n: int) -> np.ndarray:
     """A zeroed record array of length ``n``."""
     return np.zeros(n, dtype=EVENT_DTYPE)
+
+
+# --- power channels ----------------------------------------------------------------------
+# What the power sampler (instrument/power) records and the analysis (analyze/energy)
+# recognises: member names "<device> <index> energy" (running total, J with an exponent) or
+# "<device> <index> power" (a reading, W with an exponent).
+
+
+class Device(StrEnum):
+    """The kind of device a power or energy channel measures."""
+
+    CPU_PACKAGE = "cpu_package"  # a CPU socket (RAPL package-N)
+    DRAM = "dram"  # the memory of a package (RAPL dram sub-zone)
+    CPU_CORE = "cpu_core"  # the cores of a package: part of the package's energy
+    CPU_UNCORE = "cpu_uncore"  # a package's uncore (graphics): part of the package's energy
+    PLATFORM = "platform"  # RAPL psys: the whole platform, packages included
+    GPU = "gpu"
+    NODE = "node"  # a whole node or blade (Score-P's x86_energy BLADE, Cray PM)
+    SENSOR = "sensor"  # a sensor of a device measured otherwise too (hwmon, Cray PM's accelerators)
+    OTHER = "other"
+
+
+ENERGY = "energy"
+POWER = "power"
+
+
+def channel_name(device: Device, index: int, quantity: str) -> str:
+    """The metric member name of one of our power channels: ``gpu 1 energy``."""
+    return f"{device} {index} {quantity}"

@@ -15,7 +15,8 @@ import sys
 from analyze.errors import AnalyzeError
 
 # Verbs in the order ``analyze --help`` lists them; each is the module analyze.cli.<verb>.
-VERBS = ("phases", "patterns", "report", "compare")
+VERBS = ("phases", "patterns", "overlap", "causes", "critical-path", "balance", "energy", "report",
+         "compare", "diff", "export")
 
 
 def build_parser() -> argparse.ArgumentParser:

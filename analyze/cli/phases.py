@@ -13,9 +13,11 @@ ENGINES = ("local", "dask")  # analyze.engine.choose.ENGINES, without loading th
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "phases", help="per rank and step: compute, allreduce, other communication and idle time",
-        description="Read RUN's OTF2 archive (ours or Score-P's) into Parquet tables under "
-        "RUN/tables and the database RUN/trace.duckdb, and print the phase breakdown per rank.")
-    p.add_argument("run", type=Path, metavar="RUN", help="run directory, Score-P experiment or .otf2 file")
+        description="Read RUN's OTF2 archive (ours or Score-P's), or a directory of per-rank Kineto "
+        "(torch.profiler) JSON files, into Parquet tables under RUN/tables and the database "
+        "RUN/trace.duckdb, and print the phase breakdown per rank (and on the accelerators, where "
+        "the trace has device streams).")
+    p.add_argument("run", type=Path, metavar="RUN", help="run directory, Score-P experiment, .otf2 file or directory of Kineto files")
     p.add_argument("--force", action="store_true", help="rebuild the database even if it is current")
     p.add_argument("--step-region", metavar="NAME",
                    help="region that delimits steps when the trace has no step markers")
@@ -39,10 +41,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(ns: argparse.Namespace) -> int:
     import duckdb
 
-    from analyze import background
+    from analyze import background, power
     from analyze.engine import Engine, make
     from analyze.errors import AnalyzeError
-    from analyze.tables import database, phases
+    from analyze.tables import database, device_phases, phases
 
     if ns.workers is not None and ns.workers < 1:
         raise AnalyzeError(f"--workers must be at least 1, not {ns.workers}")
@@ -65,7 +67,24 @@ def run(ns: argparse.Namespace) -> int:
         table = phases.summary(con)
         source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
         horovod = background.summary(con) if background.available(con) else None
+        energy = power.per_rank(con) if power.available(con) else None
+        device = device_phases.summary(con)
+        ranks_from = con.execute("SELECT value FROM build_info WHERE key = 'ranks_from'").fetchone()
+    if energy is not None and len(energy):  # the trace has power: energy columns too
+        per = energy.set_index("rank")
+        table["step_J"] = table["rank"].map(per["step_j"]).round(2)
+        table["W"] = table["rank"].map(per["power_w"]).round(1)
     print(table.to_string(index=False, na_rep="0.0"))
+    if energy is not None and len(energy):
+        split = {p: energy[f"{p}_j"].sum() for p in power.PHASE_COLUMNS}
+        total = sum(split.values()) or float("nan")
+        print("energy by phase (active devices, all ranks): " + ", ".join(
+            f"{p} {100 * j / total:.1f}%" for p, j in split.items() if j) + " (analyze energy RUN for devices)")
+    if not device.empty:
+        print("\nOn the accelerators (union of each rank's streams; docs/gpu.md):")
+        print(device.to_string(index=False, na_rep="0.0"))
+    if ranks_from and ranks_from[0].startswith("file order"):
+        print(f"ranks: {ranks_from[0]}")
     if horovod is not None and not horovod.empty:
         print("\nHorovod's background thread (its timeline; overlapping activities, see docs/horovod.md):")
         print(horovod.to_string(index=False, na_rep="-"))

@@ -6,14 +6,15 @@ import argparse
 from pathlib import Path
 
 from analyze.cli.common import display
+from analyze.cli.compare import levels
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "report", help="figures of one or more runs as a multi-page PDF",
         description="Build (or reuse) each RUN's database and write a PDF: the bottleneck "
-        "comparison of all runs, then per run its timeline, per-step breakdown and collective "
-        "waits. A sweep directory (instrument sweep) gets its scaling, phase, model and "
+        "comparison of all runs, then per run its timeline, per-step breakdown, collective "
+        "waits and power over time per device. A sweep directory (instrument sweep) gets its scaling, phase, model and "
         "prediction pages instead (docs/experiments.md).")
     p.add_argument("runs", type=Path, nargs="+", metavar="RUN", help="run directories or archives")
     p.add_argument("-o", "--output", type=Path, default=Path("reports/report.pdf"),
@@ -26,6 +27,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="region that delimits steps when a trace has no step markers")
     p.add_argument("--patterns", type=Path, metavar="FILE.toml",
                    help="name patterns tried before the defaults (as given to analyze phases)")
+    p.add_argument("--baseline", metavar="FACTOR=LEVEL", type=levels, default=None,
+                   help="a sweep's EDP baseline, as for analyze compare")
     p.set_defaults(command=run)
 
 
@@ -35,7 +38,7 @@ def run(ns: argparse.Namespace) -> int:
 
     steps = parse_steps(ns.steps) if ns.steps else None
     report = build_report(ns.runs, ns.output, steps=steps, png=ns.png, force=ns.force,
-                          step_region=ns.step_region, patterns=ns.patterns)
+                          step_region=ns.step_region, patterns=ns.patterns, baseline=ns.baseline)
     for note in report.notes:
         print(f"note: {note}")
     print(f"report written: {display(report.pdf)}  ({len(report.pages)} pages)")

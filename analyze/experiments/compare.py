@@ -22,8 +22,17 @@ import pandas as pd
 
 from analyze import views
 from analyze.errors import AnalyzeError
-from analyze.experiments import scaling
-from analyze.schema import ALLREDUCE_MODEL, COMPARISON, FITS, PREDICTIONS, SWEEP_TABLES, VARIATION
+from analyze.experiments import energy, scaling
+from analyze.schema import (
+    ALLREDUCE_MODEL,
+    COMPARISON,
+    ENERGY_RUNS,
+    FITS,
+    PREDICTIONS,
+    SWEEP_ENERGY_TABLES,
+    SWEEP_TABLES,
+    VARIATION,
+)
 from analyze.tables import database
 
 DB_NAME = "compare.duckdb"
@@ -50,6 +59,8 @@ class Comparison:
     allreduce_model: pd.DataFrame
     predictions: pd.DataFrame
     notes: list[str] = field(default_factory=list)
+    energy_runs: pd.DataFrame = field(default_factory=energy.empty_runs)  # runs with power
+    energy_configs: pd.DataFrame = field(default_factory=pd.DataFrame)  # EDP, normalized
 
     @property
     def others(self) -> list[str]:
@@ -151,6 +162,7 @@ def collect(directory: Path, force: bool = False) -> tuple[list[str], pd.DataFra
                 paths = database.build(run_dir, force=force)
                 with duckdb.connect(str(paths.db), read_only=True) as con:
                     metrics, sizes = run_metrics(con, ranks)
+                    metrics.update(energy.run_energy(con, row["samples_per_step"]) or {})
                 row.update(metrics)
                 points.append(sizes.assign(run_name=run_dir.name, config=config))
             except AnalyzeError as e:
@@ -203,8 +215,9 @@ def _sort_key(v: Any) -> tuple[int, Any]:
 
 
 def compare(directory: Path | str, *, force: bool = False, predict_ranks: list[int] | None = None,
-            db: Path | str | None = None) -> Comparison:
-    """Compare the runs under ``directory``; write and return the tables (see the module doc)."""
+            db: Path | str | None = None, baseline: dict[str, Any] | None = None) -> Comparison:
+    """Compare the runs under ``directory``; write and return the tables (see the module doc).
+    ``baseline`` (factor -> level) is what EDP is normalized to (default: the fewest ranks)."""
     directory = Path(directory)
     factors, runs, points, notes = collect(directory, force)
     meta = _sweep_meta(directory)
@@ -237,11 +250,31 @@ def compare(directory: Path | str, *, force: bool = False, predict_ranks: list[i
     model, predictions = _allreduce(points, ok, others, predict_ranks or [], notes)
     if len(step_predictions):
         predictions = pd.concat([predictions, step_predictions], ignore_index=True)
+    energy_runs, energy_configs = _energy(ok, cols, baseline, notes)
     out = Path(db) if db else directory / DB_NAME
     result = Comparison(directory, out, factors, runs, configs, speedups, variation, fits, curves,
-                        points, model, predictions, notes)
+                        points, model, predictions, notes, energy_runs, energy_configs)
     write(result)
     return result
+
+
+def _energy(ok: pd.DataFrame, cols: list[str], baseline: dict[str, Any] | None,
+            notes: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """energy_runs and energy_configurations from the runs that have power."""
+    if "energy_j" not in ok or ok["energy_j"].isna().all():
+        return energy.empty_runs(), pd.DataFrame()
+    with_power = ok[ok["energy_j"].notna()]
+    if len(with_power) < len(ok):
+        notes.append(f"{len(ok) - len(with_power)} of {len(ok)} runs have no power samples; energy and EDP "
+                     "are over the others (analyze energy RUN says why)")
+    unknown = [k for k in (baseline or {}) if k not in with_power]
+    if unknown:
+        raise AnalyzeError(f"--baseline names {', '.join(unknown)}, which is not a factor of this sweep "
+                           f"(factors: {', '.join(cols) or 'none'})")
+    configs = energy.configurations(with_power, cols, baseline)
+    if baseline and configs["baseline_config"].isna().all():
+        notes.append(f"EDP baseline {configs['baseline'].iloc[0]} was not measured (with power)")
+    return with_power.reindex(columns=ENERGY_RUNS.names), configs
 
 
 def _speedups(configs: pd.DataFrame, cols: list[str], baselines: dict[str, Any],
@@ -364,12 +397,12 @@ def write(c: Comparison) -> None:
     """Write the tables (and the *_wide tables with a column per factor) to ``c.db``, atomically."""
     tmp = c.db.with_name(f".{c.db.name}.tmp-{os.getpid()}")
     tmp.unlink(missing_ok=True)
-    frames = dict(zip([t.name for t in SWEEP_TABLES],
+    frames = dict(zip([t.name for t in SWEEP_TABLES + SWEEP_ENERGY_TABLES],
                       [c.runs, c.configs, c.speedups, c.variation, c.fits, c.allreduce_points,
-                       c.allreduce_model, c.predictions], strict=True))
+                       c.allreduce_model, c.predictions, c.energy_runs, c.energy_configs], strict=True))
     try:
         with duckdb.connect(str(tmp)) as con:
-            for table in SWEEP_TABLES:
+            for table in SWEEP_TABLES + SWEEP_ENERGY_TABLES:
                 con.execute(table.ddl())
                 df = frames[table.name].reindex(columns=table.names)
                 if "factors" in df:
@@ -400,6 +433,7 @@ def text(c: Comparison, top_terms: int = 6, max_lines: int = 8) -> str:
             table[col] = table[col].map(lambda v: "" if pd.isna(v) else f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}")
     lines = ["configurations (mean over replications; ci: 95% t interval):",
              table.to_string(index=False), ""]
+    lines += energy.text(c.energy_configs, c.factors)
     for response, g in c.variation.groupby("response", sort=False):
         g = g.sort_values("percent", ascending=False)
         terms = [f"{t} {p:.1f}%" for t, p in zip(g["term"], g["percent"], strict=True)][:top_terms]

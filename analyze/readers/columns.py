@@ -1,7 +1,7 @@
 """What an OTF2 reader produces: definitions plus column chunks, and the rules that build them.
 
 Every reader (the ``otf2``-package one in :mod:`analyze.readers.otf2_python`, the native one) turns
-events into the same three row kinds, applying exactly these rules per location:
+events into the same four row kinds, applying exactly these rules per location:
 
 - **Intervals**: an Enter pushes a region instance (``idx`` counts instances on the location
   in enter order; ``parent_idx`` is the instance below it, -1 at the top). A Leave closes the
@@ -18,6 +18,9 @@ events into the same three row kinds, applying exactly these rules per location:
 - **Messages**: MpiSend/MpiIsend (direction 0) and MpiRecv/MpiIrecv (direction 1), each with
   the topmost open instance at that moment and its enter and leave times (without one: the
   message's time), emitted once it has closed.
+- **Metric samples**: one row per value of a Metric event: the metric it references (a
+  MetricClass or MetricInstance), the value's position among the class's members and the
+  value as a float64 (INT64 and UINT64 values converted as C converts them: round to nearest).
 
 Times are converted from archive ticks to nanoseconds from the trace start by
 :func:`ticks_to_ns`, which readers must reproduce exactly (integer arithmetic, floor).
@@ -47,6 +50,10 @@ MESSAGE_COLUMNS = {
     "location_id": np.int64, "rank": np.int32, "direction": np.int8, "peer": np.int64,
     "comm_id": np.int64, "tag": np.int64, "bytes": np.int64, "time_ns": np.int64,
     "interval_idx": np.int64, "enter_ns": np.int64, "leave_ns": np.int64,
+}
+METRIC_COLUMNS = {
+    "location_id": np.int64, "rank": np.int32, "metric_id": np.int64, "member_index": np.int32,
+    "time_ns": np.int64, "value": np.float64,
 }
 NS = 1_000_000_000
 UNDEFINED_U32 = 0xFFFFFFFF
@@ -95,6 +102,35 @@ class CommDef:
 
 
 @dataclass
+class MetricMemberDef:
+    member_id: int
+    name: str
+    description: str
+    unit: str
+    mode: str  # OTF2 MetricMode in lower case: accumulated_start, absolute_point, ...
+    value_type: str  # int64, uint64 or double
+    base: str  # decimal or binary
+    exponent: int  # values times base**exponent are in ``unit``
+    metric_type: str  # other, papi, rusage, user
+
+
+@dataclass
+class MetricDef:
+    """A MetricClass (``recorder`` and ``scope`` None: its samples belong to the location that
+    records them) or a MetricInstance of one, recorded by a location for a scope."""
+
+    metric_id: int
+    member_ids: list[int]
+    occurrence: str  # synchronous_strict, synchronous or asynchronous (the class's)
+    recorder: int | None  # location id (instances)
+    scope: str | None  # location, location_group, system_tree_node or group (instances)
+    scope_name: str | None
+    scope_rank: int | None  # the rank a location or process location group scope belongs to
+    host: str | None  # the system tree node the scope is on (a node scope: that node)
+    class_id: int | None = None  # an instance's class
+
+
+@dataclass
 class Definitions:
     anchor: Path
     creator: str
@@ -105,6 +141,10 @@ class Definitions:
     locations: list[LocationDef] = field(default_factory=list)
     regions: list[RegionDef] = field(default_factory=list)
     comms: list[CommDef] = field(default_factory=list)
+    metric_members: list[MetricMemberDef] = field(default_factory=list)
+    metrics: list[MetricDef] = field(default_factory=list)
+    hosts: dict[int, str] = field(default_factory=dict)  # rank -> its process's system tree node
+    notes: dict[str, str] = field(default_factory=dict)  # reader facts for build_info
 
 
 @dataclass
@@ -124,6 +164,10 @@ class Chunk:
     messages: dict[str, np.ndarray]
     events: int  # events consumed to produce this chunk
     stats: ReadStats | None = None  # on the last chunk only
+    metrics: dict[str, np.ndarray] = field(default_factory=lambda: _Columns(METRIC_COLUMNS).take())
+    # rows of other tables (declared in analyze/schema.py, columns in their order), from
+    # readers of formats that carry more than OTF2 does (Kineto: event args, correlations)
+    tables: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 class _Columns:
@@ -152,6 +196,7 @@ class IntervalBuilder:
         self.intervals = _Columns(INTERVAL_COLUMNS)
         self.collectives = _Columns(COLLECTIVE_COLUMNS)
         self.messages = _Columns(MESSAGE_COLUMNS)
+        self.metrics = _Columns(METRIC_COLUMNS)
         self.stats = ReadStats()
         # per location: stack of [region, idx, start, children's ns]; next idx; pending
         # collective; last time
@@ -249,6 +294,11 @@ class IntervalBuilder:
             loc, self.rank_of[loc], direction, peer, comm, tag, length, t, idx, enter,
             None if stack else t])
 
+    def metric(self, loc: int, t: int, metric: int, values: list[float]) -> None:
+        self._last[loc] = t
+        rank = self.rank_of[loc]
+        self.metrics.rows += [(loc, rank, metric, i, t, v) for i, v in enumerate(values)]
+
     def finish(self) -> None:
         """Close what is still open at each location's last event."""
         for loc, stack in self._stacks.items():
@@ -258,8 +308,8 @@ class IntervalBuilder:
     def pending_rows(self) -> int:
         """Rows a :meth:`take` would hand out, about (rows after one still waiting count too)."""
         return (len(self.intervals.rows) + len(self.collectives.rows) - self.collectives.waiting
-                + len(self.messages.rows) - self.messages.waiting)
+                + len(self.messages.rows) - self.messages.waiting + len(self.metrics.rows))
 
     def take(self, events: int, last: bool = False) -> Chunk:
         return Chunk(self.intervals.take(), self.collectives.take(), self.messages.take(), events,
-                     self.stats if last else None)
+                     self.stats if last else None, self.metrics.take())

@@ -23,6 +23,7 @@ from analyze.readers.columns import (
     COLLECTIVE_COLUMNS,
     INTERVAL_COLUMNS,
     MESSAGE_COLUMNS,
+    METRIC_COLUMNS,
     Chunk,
     Definitions,
     ReadStats,
@@ -109,11 +110,11 @@ def read_locations(anchor: Path, locations: list[tuple[int, int, int]], global_o
         finished = not locations
         while not finished:
             try:
-                intervals, collectives, messages, events, finished = reader.read(chunk_rows)
+                intervals, collectives, messages, metrics, events, finished = reader.read(chunk_rows)
             except native.Error as e:
                 raise ReaderError(f"cannot read the events of {anchor}: {e}") from None
             yield Chunk(_table(intervals, INTERVAL_COLUMNS), _table(collectives, COLLECTIVE_COLUMNS),
-                        _table(messages, MESSAGE_COLUMNS), int(events))
+                        _table(messages, MESSAGE_COLUMNS), int(events), metrics=_table(metrics, METRIC_COLUMNS))
         stats = ReadStats(*reader.stats())
         yield Chunk(_empty(INTERVAL_COLUMNS), _empty(COLLECTIVE_COLUMNS), _empty(MESSAGE_COLUMNS), 0, stats)
     finally:
@@ -138,13 +139,14 @@ def _chunks(anchor: Path, readers: list[Any], chunk_rows: int) -> Iterator[Chunk
             for fut in done:
                 reader = pending.pop(fut)
                 try:
-                    intervals, collectives, messages, events, finished = fut.result()
+                    intervals, collectives, messages, metrics, events, finished = fut.result()
                 except codec.native().Error as e:  # type: ignore[union-attr]
                     raise ReaderError(f"cannot read the events of {anchor}: {e}") from None
                 if not finished:
                     pending[pool.submit(reader.read, chunk_rows)] = reader
                 yield Chunk(_table(intervals, INTERVAL_COLUMNS), _table(collectives, COLLECTIVE_COLUMNS),
-                            _table(messages, MESSAGE_COLUMNS), int(events))
+                            _table(messages, MESSAGE_COLUMNS), int(events),
+                            metrics=_table(metrics, METRIC_COLUMNS))
         stats = ReadStats()
         for r in readers:
             events, leaves, truncated, ends = r.stats()

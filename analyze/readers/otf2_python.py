@@ -23,6 +23,8 @@ from analyze.readers.columns import (
     Definitions,
     IntervalBuilder,
     LocationDef,
+    MetricDef,
+    MetricMemberDef,
     RegionDef,
     ticks_to_ns,
 )
@@ -45,10 +47,11 @@ def _location_kind(location: Any) -> str:
     except (KeyError, TypeError, IndexError):
         kind = None
     if kind is not None:
-        # our archives: main/thread are CPU threads; lanes, imported timelines and the
-        # tracer's own flush location are not threads of the training
-        return {"comm_lane": "comm_lane", "timeline": "timeline", "tracer": "tracer"}.get(
-            str(kind), "cpu_thread")
+        # our archives: main/thread are CPU threads; lanes, imported timelines, the tracer's
+        # own flush location, device streams (from torch.profiler) and metric locations are
+        # not threads of the training
+        return {"comm_lane": "comm_lane", "timeline": "timeline", "tracer": "tracer",
+                "accelerator_stream": "accelerator_stream", "metric": "metric"}.get(str(kind), "cpu_thread")
     t = location.type
     if t == LocationType.CPU_THREAD:
         return "cpu_thread"
@@ -107,7 +110,46 @@ def read_definitions(reader: Any, anchor: Path) -> Definitions:
             ref = getattr(m, "_ref", m)
             members.append(rank_of_location.get(int(ref), -1))
         defs.comms.append(CommDef(comm_id=int(c._ref), name=str(c.name), members=members))
+    for g in processes:
+        node = getattr(g, "system_tree_parent", None)
+        if node is not None:
+            defs.hosts[rank_of_group[g._ref]] = str(node.name)
+    _metric_definitions(d, defs, rank_of_group, rank_of_location)
     return defs
+
+
+def _node_name(group: Any) -> str | None:
+    node = getattr(group, "system_tree_parent", None)
+    return None if node is None else str(node.name)
+
+
+def _metric_definitions(d: Any, defs: Definitions, rank_of_group: dict[int, int],
+                        rank_of_location: dict[int, int]) -> None:
+    """Metric members, classes and instances (Score-P's plugins scope an instance to a host,
+    a process or a location; our power channels to a host or to the rank a GPU is pinned to)."""
+    for m in sorted(d.metric_members, key=lambda x: x._ref):
+        defs.metric_members.append(MetricMemberDef(
+            member_id=int(m._ref), name=str(m.name), description=str(m.description or ""),
+            unit=str(m.unit or ""), mode=_enum_name(m.metric_mode), value_type=_enum_name(m.value_type),
+            base=_enum_name(m.base), exponent=int(m.exponent), metric_type=_enum_name(m.metric_type)))
+    for m in sorted(d.metrics, key=lambda x: x._ref):
+        if isinstance(m, otf2.definitions.MetricClass):
+            defs.metrics.append(MetricDef(int(m._ref), [int(x._ref) for x in m.members],
+                                          _enum_name(m.occurrence), None, None, None, None, None))
+            continue
+        scope, kind = m.scope, _enum_name(m.metric_scope)
+        rank = host = None
+        if isinstance(scope, otf2.definitions.Location):
+            rank, host = rank_of_location.get(int(scope._ref)), _node_name(scope.group)
+        elif isinstance(scope, otf2.definitions.LocationGroup):
+            rank, host = rank_of_group.get(int(scope._ref)), _node_name(scope)
+        elif isinstance(scope, otf2.definitions.SystemTreeNode):
+            host = str(scope.name)
+        cls = m.metric_class
+        defs.metrics.append(MetricDef(
+            int(m._ref), [int(x._ref) for x in cls.members], _enum_name(cls.occurrence),
+            int(m.recorder._ref), kind, None if scope is None else str(getattr(scope, "name", "")),
+            rank, host, int(cls._ref)))
 
 
 def read(anchor: Path, chunk_rows: int = 500_000) -> tuple[Definitions, Iterator[Chunk]]:
@@ -160,6 +202,8 @@ def _chunks(reader: Any, defs: Definitions, chunk_rows: int) -> Iterator[Chunk]:
             elif cls is ev.MpiRecv or cls is ev.MpiIrecv:
                 b.message(loc, t, 1, int(event.sender), event.communicator._ref,
                           int(event.msg_tag), int(event.msg_length))
+            elif cls is ev.Metric:
+                b.metric(loc, t, int(event.metric._ref), [float(v) for v in event.values])
             else:
                 b.touch(loc, t)
             if b.pending_rows() >= chunk_rows:

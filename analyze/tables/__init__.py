@@ -8,7 +8,8 @@ per table, the per-rank ones partitioned by rank), the stages and their tasks
 task runs: regions classified (:mod:`.regions`; by name with the pattern table
 :mod:`.patterns`, a user's file :mod:`.pattern_set` and match names :mod:`.names`), steps
 (:mod:`.steps`), communication recognized by name (:mod:`.named`), collectives and messages
-matched across ranks (:mod:`.collectives`), the phase model (:mod:`.phases`).
+matched across ranks (:mod:`.collectives`), the phase model (:mod:`.phases`) and its
+counterpart on the accelerators' timeline (:mod:`.device_phases`).
 
 May import: :mod:`analyze.readers`, :mod:`analyze.schema`, :mod:`analyze.errors`,
 :mod:`analyze.engine`. Not the views, the CLI, ``reports`` or ``instrument``.

@@ -55,9 +55,13 @@ def collective_rows() -> str:
             SELECT rc.rank, rc.location_id, rc.interval_idx,
                    CASE WHEN rc.region_id < 0 THEN NULL ELSE rc.region_id END AS region_id,
                    rc.comm_id, o.name AS op, CASE WHEN rc.root < 0 THEN NULL ELSE rc.root END AS root,
-                   rc.bytes_sent, rc.bytes_recv, rc.begin_ns, rc.enter_ns, rc.leave_ns, 'record' AS source
-            FROM raw_collectives rc JOIN op_names o ON o.op = rc.op
-            WHERE o.name NOT IN {NOT_DATA}
+                   -- negative: not known (a Kineto NCCL kernel without its args)
+                   CASE WHEN rc.bytes_sent < 0 THEN NULL ELSE rc.bytes_sent END AS bytes_sent,
+                   CASE WHEN rc.bytes_recv < 0 THEN NULL ELSE rc.bytes_recv END AS bytes_recv,
+                   rc.begin_ns, rc.enter_ns, rc.leave_ns, 'record' AS source
+            FROM raw_collectives rc
+            LEFT JOIN op_names o ON o.op = rc.op  -- no name (NULL op): the operation is unknown
+            WHERE o.name IS NULL OR o.name NOT IN {NOT_DATA}
             UNION ALL
             SELECT rank, location_id, interval_idx, region_id, comm_id, op, NULL, NULL, NULL,
                    enter_ns, enter_ns, leave_ns, 'name' AS source

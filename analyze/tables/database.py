@@ -41,13 +41,25 @@ import pandas as pd
 
 from analyze.engine import Engine, make
 from analyze.errors import AnalyzeError
-from analyze.readers import dispatch
+from analyze.readers import dispatch, kineto
 from analyze.readers.columns import Definitions, ReadStats
-from analyze.schema import BY_NAME, COMMUNICATORS, LOCATIONS, REGIONS, SCHEMA_VERSION, TABLES, Table
-from analyze.tables import named, pattern_set, stages, steps
+from analyze.schema import (
+    BY_NAME,
+    CAUSE_TABLES,
+    COMMUNICATORS,
+    LOCATIONS,
+    REGIONS,
+    SCHEMA_VERSION,
+    TABLES,
+    Table,
+)
+from analyze.tables import metrics, named, pattern_set, stages, steps
+from analyze.tables.causes import build_causes
+from analyze.tables.energy import build_energy
 from analyze.tables.pattern_set import PatternSet
 from analyze.tables.regions import explain
 from analyze.tables.store import Store
+from traceio import chrome
 
 DB_NAME = "trace.duckdb"
 BUILD_INFO = "build_info"
@@ -79,28 +91,38 @@ class RunPaths:
 
 
 def resolve(run: Path | str, db: Path | str | None = None) -> RunPaths:
-    """Find the OTF2 anchor of ``run`` (a run directory, a Score-P experiment directory or an
-    anchor file) and where its database lives."""
+    """Find the trace of ``run`` (a run directory, a Score-P experiment directory, an OTF2
+    anchor file, a directory of per-rank Kineto / Chrome trace JSON files or one such file) and
+    where its database lives. A directory's OTF2 archive wins over JSON files beside it."""
     path = Path(run)
     if not path.exists():
         raise AnalyzeError(f"no such run directory or archive: {path}")
+    db_name = DB_NAME
     if path.is_file():
-        if path.suffix != ".otf2":
-            raise AnalyzeError(f"{path} is not an OTF2 anchor file (expected a .otf2 file or a run directory)")
+        if chrome.is_trace_file(path):  # one Kineto / Chrome trace file: one rank
+            db_name = f"{path.name.split('.')[0]}.duckdb"
+        elif path.suffix != ".otf2":
+            raise AnalyzeError(f"{path} is not an OTF2 anchor file or Chrome trace JSON "
+                               "(expected a .otf2 or .json[.gz] file or a run directory)")
         anchor, run_dir = path, path.parent
     else:
         run_dir = path
         anchor = path / "traces.otf2"
         if not anchor.is_file():
             found = sorted(path.glob("*.otf2"))
-            if len(found) != 1:
-                what = "no OTF2 archive (no .otf2 anchor file)" if not found else \
-                    f"{len(found)} OTF2 archives; name one of them: " + ", ".join(f.name for f in found)
-                raise AnalyzeError(f"{path} holds {what}")
-            anchor = found[0]
+            if len(found) > 1:
+                raise AnalyzeError(f"{path} holds {len(found)} OTF2 archives; name one of them: "
+                                   + ", ".join(f.name for f in found))
+            if found:
+                anchor = found[0]
+            elif kineto.trace_files(path):
+                anchor = path  # per-rank Kineto / Chrome trace JSON files
+            else:
+                raise AnalyzeError(f"{path} holds no OTF2 archive (no .otf2 anchor file) and no Chrome "
+                                   "trace JSON files (torch.profiler's *.pt.trace.json[.gz])")
     if db is not None:
         return RunPaths(run_dir.resolve(), anchor.resolve(), Path(db).absolute())
-    target = run_dir / DB_NAME
+    target = run_dir / db_name
     if not os.access(run_dir, os.W_OK):
         # Read-only archives (shared fixtures, someone else's runs): the database and its
         # tables go to the cache.
@@ -115,6 +137,8 @@ def _signature(paths: RunPaths, options: dict[str, Any]) -> str:
     """What the database was built from: archive files' sizes and times, options, schema, and
     where it is (its views name their files by absolute path)."""
     files = [paths.anchor, paths.anchor.with_suffix(".def"), paths.run_dir / "run.json"]
+    if dispatch.is_chrome(paths.anchor):
+        files = kineto.trace_files(paths.anchor)
     stamps = [(str(f.name), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
     return json.dumps({"schema": SCHEMA_VERSION, "files": stamps, "options": options,
                        "at": str(paths.db.parent.resolve())}, sort_keys=True)
@@ -141,6 +165,7 @@ def build(
     reader: str = "auto",
     engine: Engine | Callable[[], Engine] | str | None = None,
     patterns: Path | str | None = None,
+    causes: bool = False,
 ) -> RunPaths:
     """Make sure ``run``'s database and tables exist and are current; return their paths.
 
@@ -151,11 +176,15 @@ def build(
     tables, so neither is part of what makes a database current. ``patterns`` is a TOML file
     of name patterns tried before the defaults (analyze/tables/pattern_set.py); the patterns
     used, defaults included, are part of what makes a database current.
+    ``causes`` also fills the cause tables (overlap, delays, critical path, balance;
+    docs/causes.md), into an existing current database if need be; without it they may be empty.
     """
     paths = resolve(run, db)
     names = pattern_set.load(patterns)
     options = {"step_region": step_region, "patterns": names.digest()}
     if not force and is_current(paths, options):
+        if causes and not has_causes(paths):
+            _add_causes(paths)
         return paths
     _check_link(paths)
     paths.builds.mkdir(parents=True, exist_ok=True)
@@ -175,6 +204,8 @@ def build(
         with duckdb.connect(str(tmp), config=config) as con:
             _fill(con, paths, root, runner, chunk_rows, step_region, _signature(paths, options),
                   reader, config.get("memory_limit"), names)
+            if causes:
+                _fill_causes(con)
         _install(paths, tmp, root)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
@@ -213,7 +244,8 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
     notice = dispatch.fallback_notice(reader)
     if notice:
         print(notice, file=sys.stderr)
-    with _archive_errors():
+    chrome_json = dispatch.is_chrome(paths.anchor)
+    with _archive_errors(chrome_json):
         used, defs = dispatch.definitions(paths.anchor, reader)
     # Tables the stages do not write start as DuckDB tables and are exported at the end.
     for table in TABLES:
@@ -221,21 +253,26 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
             con.execute(table.ddl())
     categories = _definitions(con, defs, names)
     _write(con, store, DEFINITIONS)  # the stages read these
-    stats, source, read_s = _run_stages(engine, paths, store, defs, used, chunk_rows, step_region, memory,
-                                        con, categories)
+    stats, source, read_s, channels = _run_stages(engine, paths, store, defs, used, chunk_rows, step_region,
+                                                  memory, con, categories)
     for table in stages.STAGE_TABLES:
         store.view(con, table)
     for table in DEFINITIONS:  # as written for the stages
         con.execute(f"DROP TABLE {table.name}")
         store.view(con, table)
+    # from the tables the stages wrote: the channels' sample counts, then energy
+    metrics.fill_channels(con, channels)
+    build_energy(con, ours=defs.creator.startswith("dltrace"))
     _run_row(con, paths, defs, stats, used)
+    # the cause tables stay in the database: the verbs that read them fill them, maybe later
     tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
-    _export(con, store, tuple(t for t in TABLES if t.name in tables))
-    for table in stages.fill_empty(con, store, TABLES):
+    _export(con, store, tuple(t for t in TABLES if t.name in tables and t not in CAUSE_TABLES))
+    for table in stages.fill_empty(con, store, tuple(t for t in TABLES if t not in CAUSE_TABLES)):
         store.view(con, table)  # was a view of no files
     con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
     _insert(con, BUILD_INFO, [
         ("signature", signature), ("step_source", steps.label(source, step_region)), ("patterns", names.origin),
+        *sorted(defs.notes.items()),
         ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
         ("unmatched_collective_ends", str(stats.unmatched_collective_ends)), ("tables", str(root)),
         # how the build ran and where its time went (bench/ reads these; not part of the results)
@@ -247,10 +284,12 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
 
 def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions, reader: str,
                 chunk_rows: int, step_region: str | None, memory: str | None,
-                con: duckdb.DuckDBPyConnection, categories: dict[int, str]) -> tuple[ReadStats, str, float]:
-    """The stages of analyze/tables/stages.py on ``engine``: stats, step source, read seconds.
-    Between the read stage and the others, what the read tasks found of the communication
-    recognized by name goes into ``con``'s regions and communicators and their files."""
+                con: duckdb.DuckDBPyConnection, categories: dict[int, str],
+                ) -> tuple[ReadStats, str, float, pd.DataFrame]:
+    """The stages of analyze/tables/stages.py on ``engine``: stats, step source, read seconds
+    and the metric channels. Between the read stage and the others, what the read tasks found
+    of the communication recognized by name goes into ``con``'s regions and communicators and
+    their files, and the channels follow from the metrics the samples reference."""
     t0 = time.perf_counter()
     plan = stages.plan(defs, reader, engine.workers)
     main_locations, main_regions = stages.main_of(defs, categories)
@@ -259,24 +298,32 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
                        global_offset=defs.global_offset, resolution=defs.resolution,
                        buckets=plan.buckets, chunk_rows=chunk_rows, step_region=step_region,
                        memory=memory, main_locations=main_locations, main_regions=main_regions,
-                       group_starts=plan.group_starts, comm_regions=stages.comm_of(categories, kinds))
+                       group_starts=plan.group_starts, comm_regions=stages.comm_of(categories, kinds),
+                       device_locations=tuple(loc.location_id for loc in defs.locations
+                                              if loc.kind == "accelerator_stream" and not loc.is_main))
     stages.prepare_directories(spec)
     if spec.comm_regions:
         spec.work.write(con, stages.REGION_PATTERNS, "SELECT * FROM region_patterns", "data")
     try:
-        with _archive_errors():
+        with _archive_errors(dispatch.is_chrome(paths.anchor)):
             parts = engine.run(f"reading {paths.anchor.name}", stages.read, plan.read, spec,
                                sizes=plan.read_events, unit="events", partial_progress=True)
         read_s = time.perf_counter() - t0
         if spec.comm_regions:
             seen = named.Seen()
-            for _, part_seen in parts:
-                if part_seen is not None:
-                    seen.add(part_seen)
+            for part in parts:
+                if part.named is not None:
+                    seen.add(part.named)
             groups = named.groups(seen)
             named.apply(con, groups)
             _write(con, store, (REGIONS, COMMUNICATORS))  # the inferred groups, the waits' operations
             spec = dataclasses.replace(spec, named_groups=tuple(sorted(groups.comm_ids.items())))
+        channels = metrics.channels(defs, set().union(*(part.metric_ids for part in parts)))
+        if not channels.empty:
+            con.register("channel_rows", channels)
+            spec.work.write(con, stages.CHANNELS, "SELECT * FROM channel_rows", "data")
+            con.unregister("channel_rows")
+            spec = dataclasses.replace(spec, metrics=True)
         rank_counts = [len(g[1]) for g in plan.groups]
         found = engine.run("matching collectives and steps", stages.prepare, plan.groups, spec,
                            sizes=rank_counts, unit="ranks")
@@ -288,12 +335,12 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
         engine.everywhere(stages.release, spec.root)
     stages.remove_work(spec)
     stats = ReadStats()
-    for part, _ in parts:
-        stats.events += part.events
-        stats.unmatched_leaves += part.unmatched_leaves
-        stats.truncated += part.truncated
-        stats.unmatched_collective_ends += part.unmatched_collective_ends
-    return stats, source, read_s
+    for part in parts:
+        stats.events += part.stats.events
+        stats.unmatched_leaves += part.stats.unmatched_leaves
+        stats.truncated += part.stats.truncated
+        stats.unmatched_collective_ends += part.stats.unmatched_collective_ends
+    return stats, source, read_s, channels
 
 
 DEFINITIONS = (LOCATIONS, REGIONS, COMMUNICATORS)  # written before the stages (which read them)
@@ -406,8 +453,9 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _archive_errors() -> Iterator[None]:
-    """A reader's error as one sentence, with the last line the OTF2 library printed."""
+def _archive_errors(chrome_json: bool = False) -> Iterator[None]:
+    """A reader's error as one sentence, with the last line the OTF2 library printed (for
+    Chrome trace JSON, the reader's sentence says what to do)."""
     with c_stderr_captured() as library_said:
         try:
             yield
@@ -417,8 +465,9 @@ def _archive_errors() -> Iterator[None]:
             error = None
     if error is not None:
         detail = library_said[0].splitlines()[-1] if library_said and library_said[0] else ""
-        raise AnalyzeError(f"{error}{' (' + detail + ')' if detail else ''}. The archive is truncated "
-                           "or corrupt; re-merge it (instrument merge) or copy it again.") from None
+        hint = "" if chrome_json else \
+            " The archive is truncated or corrupt; re-merge it (instrument merge) or copy it again."
+        raise AnalyzeError(f"{error}{' (' + detail + ')' if detail else ''}.{hint}") from None
 
 
 @contextlib.contextmanager
@@ -441,14 +490,69 @@ def c_stderr_captured() -> Iterator[list[str]]:
             captured.append(tmp.read().decode(errors="replace").strip())
 
 
+# The cause tables cost about as much again as the rest of the derivation (bench/README.md),
+# so `analyze phases` skips them; the verbs that read them, the report and analyze.open fill
+# them, once (build_info's causes_seconds says they are filled).
+def has_causes(paths: RunPaths) -> bool:
+    try:
+        with duckdb.connect(str(paths.db), read_only=True) as con:
+            return bool(con.execute(f"SELECT 1 FROM {BUILD_INFO} WHERE key = 'causes_seconds'").fetchall())
+    except duckdb.Error:
+        return False
+
+
+def _fill_causes(con: duckdb.DuckDBPyConnection) -> None:
+    t0 = time.perf_counter()
+    build_causes(con)
+    _insert(con, BUILD_INFO, [("causes_seconds", f"{time.perf_counter() - t0:.3f}")])
+
+
+def _add_causes(paths: RunPaths) -> None:
+    """Fill the cause tables of a current database: on a copy (it holds views and build_info;
+    the cause tables are its only tables of rows), put in place under the build lock when
+    complete, as a build is (readers never see half of it). If another build was installed
+    meanwhile, its database gets them instead."""
+    for _ in range(3):
+        tmp = paths.db.with_name(f".{paths.db.name}.causes-{socket.gethostname()}-{os.getpid()}")
+        try:
+            shutil.copyfile(paths.db, tmp)
+            with duckdb.connect(str(tmp), config=_build_config()) as con:
+                tables = _tables_of(con)
+                _fill_causes(con)
+            with _locked(paths.builds / "lock"):
+                with duckdb.connect(str(paths.db), read_only=True) as con:
+                    same = _tables_of(con) == tables
+                if same:
+                    os.replace(tmp, paths.db)
+                    return
+        finally:
+            tmp.unlink(missing_ok=True)
+            Path(str(tmp) + ".wal").unlink(missing_ok=True)
+        if has_causes(paths):
+            return
+
+
+def _tables_of(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The tables directory a database's views read (build_info)."""
+    row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'tables'").fetchone()
+    return row[0] if row else None
+
+
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
-    """Insert literal rows (DuckDB's executemany rejects an empty list)."""
-    if rows:
+    """Insert literal rows (DuckDB's executemany rejects an empty list, and takes about half a
+    millisecond a row: a Kineto trace defines thousands of kernel names)."""
+    if len(rows) > 100:
+        frame = pd.DataFrame(rows, dtype=object)
+        frame.columns = [f"c{i}" for i in range(frame.shape[1])]
+        con.register("literal_rows", frame)
+        con.execute(f"INSERT INTO {table} SELECT * FROM literal_rows")
+        con.unregister("literal_rows")
+    elif rows:
         con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
 
 
 def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: PatternSet) -> dict[int, str]:
-    """Fill locations, regions (classified) and communicators, and the temporary table
+    """Fill locations, regions (classified), communicators and hosts, and the temporary table
     region_patterns (what the name-only matching needs of each pattern-classified region:
     analyze/tables/named.py); returns each region's category."""
     regions, by_pattern, categories = [], [], {}
@@ -474,6 +578,11 @@ def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: Patte
             con.register("definition_rows", frame)
             con.execute(f"INSERT INTO {table} SELECT * FROM definition_rows")
             con.unregister("definition_rows")
+    hosts = metrics.host_rows(defs)
+    if len(hosts):
+        con.register("host_rows", hosts)
+        con.execute("INSERT INTO hosts SELECT rank, host FROM host_rows ORDER BY rank")
+        con.unregister("host_rows")
     return categories
 
 
@@ -497,7 +606,8 @@ def _run_json(run_dir: Path) -> dict[str, Any]:
         return {}
 
 
-def connect(run: Path | str, **build_options: Any) -> duckdb.DuckDBPyConnection:
-    """A read-only DuckDB connection over ``run``'s tables, building them first if needed."""
-    paths = build(run, **build_options)
+def connect(run: Path | str, causes: bool = True, **build_options: Any) -> duckdb.DuckDBPyConnection:
+    """A read-only DuckDB connection over ``run``'s tables, building them first if needed
+    (the cause tables too unless ``causes`` is False)."""
+    paths = build(run, causes=causes, **build_options)
     return duckdb.connect(str(paths.db), read_only=True)

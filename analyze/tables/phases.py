@@ -141,9 +141,9 @@ def sweep_intervals(
     """The phase timeline inside the steps: start_ns, end_ns, phase, step (index into the
     step arrays), with adjacent pieces of the same phase and step merged."""
     bounds, codes, step = elementary(seg_start, seg_end, seg_level, step_start, step_end)
-    if len(codes) == 0:
-        return pd.DataFrame({"start_ns": [], "end_ns": [], "phase": [], "step": []})
     keep = step >= 0
+    if not keep.any():  # nothing inside a step (e.g. only zero-length steps)
+        return pd.DataFrame({"start_ns": [], "end_ns": [], "phase": [], "step": []})
     left, right, codes, step = bounds[:-1][keep], bounds[1:][keep], codes[keep], step[keep]
     # a new run starts where the phase or the step changes, or where there is a gap
     new = np.ones(len(codes), dtype=bool)
@@ -195,15 +195,18 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
         WHERE l.is_main AND r.category IN {kept}
           AND i.end_ns >= $lo AND i.start_ns <= $hi {where.format(rank="i.rank")}
     """, window).fetchnumpy()]
-    # a collective's waiting (asynchronous ones on lanes or other threads at their own levels)
+    # a collective's waiting (asynchronous ones on lanes or other threads at their own levels);
+    # collectives on accelerator streams are the device's view (device_phases), not the host's
+    host = "location_id NOT IN (SELECT location_id FROM locations WHERE kind = 'accelerator_stream')"
     parts.append(con.execute(f"""
         SELECT rank, enter_ns, enter_ns + wait_ns, CASE WHEN is_async THEN {ASYNC_IDLE} ELSE {SYNC_IDLE} END
-        FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}
+        FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi AND {host} {where.format(rank="rank")}
     """, window).fetchnumpy())
     # asynchronous collectives themselves (synchronous ones are covered by their regions)
     parts.append(con.execute(f"""
         SELECT rank, enter_ns, leave_ns, CASE WHEN op = 'allreduce' THEN {ASYNC_ALLREDUCE} ELSE {ASYNC_OTHER} END
-        FROM collectives WHERE is_async AND leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}
+        FROM collectives WHERE is_async AND leave_ns >= $lo AND enter_ns <= $hi AND {host}
+              {where.format(rank="rank")}
     """, window).fetchnumpy())
     # a receive waiting for a late sender
     parts.append(con.execute(f"""

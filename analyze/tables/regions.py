@@ -1,8 +1,10 @@
 """Classify regions for the phase model, from their names, paradigms and roles.
 
 Our own markers are recognised by name (``dltrace.step`` ...), also with the ``user:`` prefix
-Score-P gives user regions, so traces from both backends classify alike. Everything else
-goes by OTF2 paradigm and role, as Score-P writes them (see docs/phase-model.md). A region
+Score-P gives user regions, so traces from both backends classify alike; so are the names
+PyTorch's profiler gives steps, data loading, optimizer steps and device synchronization.
+Everything else goes by OTF2 paradigm and role, as Score-P writes them (see
+docs/phase-model.md); accelerator kernels and copies by their roles (docs/gpu.md). A region
 none of these decides is matched against the name patterns (:mod:`analyze.tables.patterns`,
 and a user's ``--patterns`` file before them), so what an OTF2 definition says always wins
 over a name; a region no pattern matches is compute.
@@ -10,6 +12,7 @@ over a name; a region no pattern matches is compute.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +42,14 @@ THREAD_PARADIGMS = {"openmp", "pthread", "winthread", "qtthread", "acethread", "
 KIND_CATEGORY = {Kind.ALLREDUCE: Category.COLLECTIVE, Kind.COLLECTIVE: Category.COLLECTIVE,
                  Kind.P2P: Category.P2P, Kind.WAIT: Category.WAIT, Kind.RUNTIME: Category.RUNTIME,
                  Kind.COMPUTE: Category.FUNCTION}
+# What PyTorch's profiler (Kineto) names steps, data loading, optimizer steps and the runtime
+# calls that block the host until the device is done.
+KINETO_NAMES = (
+    (re.compile(r"ProfilerStep#\d+"), Category.STEP),
+    (re.compile(r"enumerate\(DataLoader\)#.*"), Category.DATALOADER),
+    (re.compile(r"Optimizer\.step#.*"), Category.OPTIMIZER),
+    (re.compile(r"(cuda|hip)(Device|Stream|Event)Synchronize"), Category.WAIT),
+)
 
 
 @dataclass(frozen=True)
@@ -63,6 +74,13 @@ def explain(name: str, paradigm: str, role: str, canonical: str | None = None,
         return Classification(MARKERS[base], Rule.MARKER, key)
     if name in OVERHEAD_NAMES:
         return Classification(Category.OVERHEAD, Rule.MEASUREMENT, key)
+    if role == "kernel":
+        return Classification(Category.KERNEL, Rule.ROLE, key)
+    if role == "data_transfer":
+        return Classification(Category.MEMORY, Rule.ROLE, key)
+    for regex, category in KINETO_NAMES:
+        if regex.fullmatch(name):
+            return Classification(category, Rule.MARKER, key)
     if paradigm in THREAD_PARADIGMS:
         return Classification(Category.FUNCTION, Rule.PARADIGM, key)
     if role in COLLECTIVE_ROLES:

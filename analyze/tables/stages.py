@@ -6,8 +6,9 @@ the tables directory being built (``_work/`` for intermediate rows, removed at t
 never Python objects, so a task runs the same in any process on any machine that sees the
 directory, and both engines give the same tables by construction:
 
-1. ``read`` (per bucket of locations): events -> ``intervals`` and the raw collective records
-   and messages, partitioned by rank; when name patterns matched communication regions, also
+1. ``read`` (per bucket of locations): events -> ``intervals``, the raw collective records,
+   messages and metric samples, partitioned by rank (and from Chrome trace JSON, the tables only
+   it fills: ``correlations``, ``chrome_*``); when name patterns matched communication regions, also
    the outermost of their instances (:mod:`analyze.tables.named`: nesting is per location),
    whose reports then give the inferred groups and the waits' operations of the whole trace;
 2. ``prepare`` (per group of ranks): per rank, collective instances (recorded and name-only)
@@ -15,8 +16,8 @@ directory, and both engines give the same tables by construction:
    the candidate steps of every source, counted;
 3. ``match`` (per bucket: the shuffle): collectives grouped by communicator and sequence
    number, messages paired by sender, receiver, communicator, tag and sequence number;
-4. ``finish`` (per group of ranks): the final ``collectives``, ``p2p``, ``steps`` and
-   ``phases`` of its ranks.
+4. ``finish`` (per group of ranks): the final ``collectives``, ``p2p``, ``steps``, ``phases``,
+   ``metrics`` and ``device_phases`` of its ranks.
 
 What a task holds at once does not grow with the number of ranks: a read task one chunk, a
 group at most :data:`GROUP_RANKS` ranks (and the phase sweep's windows), a bucket its share of
@@ -37,13 +38,26 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from analyze.readers import otf2_native, otf2_python
-from analyze.readers.columns import COLLECTIVE_COLUMNS, MESSAGE_COLUMNS, Definitions, ReadStats
+from analyze.readers import dispatch, otf2_native
+from analyze.readers.columns import (
+    COLLECTIVE_COLUMNS,
+    MESSAGE_COLUMNS,
+    METRIC_COLUMNS,
+    Definitions,
+    ReadStats,
+)
 from analyze.schema import (
+    BY_NAME,
+    CHROME_EVENTS,
+    CHROME_FILES,
+    CHROME_TRACKS,
     COLLECTIVES,
     COMMUNICATORS,
+    CORRELATIONS,
+    DEVICE_PHASES,
     INTERVALS,
     LOCATIONS,
+    METRICS,
     P2P,
     PHASES,
     REGIONS,
@@ -52,7 +66,7 @@ from analyze.schema import (
     Column,
     Table,
 )
-from analyze.tables import collectives, named, phases, steps
+from analyze.tables import collectives, device_phases, metrics, named, phases, steps
 from analyze.tables.named import Seen
 from analyze.tables.regions import classify
 from analyze.tables.store import FORMAT, WORK, Store, literal, table_of
@@ -71,11 +85,17 @@ MATERIALIZE_ROWS = 2_000_000  # a group's collectives and messages held in memor
 # not a few per rank, which for thousands of small ranks is most of its time.
 RAW_COLLECTIVES = table_of("raw_collectives", {**COLLECTIVE_COLUMNS, "rank_group": np.int32}, "rank_group")
 RAW_MESSAGES = table_of("raw_messages", {**MESSAGE_COLUMNS, "rank_group": np.int32}, "rank_group")
+RAW_METRICS = table_of("raw_metrics", {**METRIC_COLUMNS, "rank_group": np.int32}, "rank_group")
+# what the finish tasks need of the metric channels (metrics.channels: from the whole trace)
+CHANNELS = table_of("channel_rows", {"channel_id": np.int64, "metric_id": np.int64, "member_index": np.int32,
+                                     "name": object, "unit": object, "mode": object, "scale": np.float64})
 # The intervals the steps and the phase sweep look at (main threads; steps and the regions
 # that give segments): in our DDP traces about one in seven, so the later stages scan these
 # instead of every interval. The queries still filter as they would over all intervals.
 MAIN_INTERVALS = Table("main_intervals", "", (*INTERVALS.columns, Column("rank_group", "INTEGER", "")), "rank_group")
 MAIN_CATEGORIES = (Category.STEP, *phases.SEGMENT_CATEGORIES)
+# The intervals of accelerator streams, for the device phases (kernels, copies: few per step).
+DEVICE_INTERVALS = Table("device_intervals", "", MAIN_INTERVALS.columns, "rank_group")
 EXTENTS = table_of("extents", {"rank": np.int32, "start_ns": np.int64, "end_ns": np.int64})
 # Name-only communication (only when a name pattern matched a communication region): what the
 # driver knows of the pattern-classified regions, each read task's instances of communication
@@ -89,7 +109,8 @@ NAMED = Table("named", "", (
     Column("region_id", "BIGINT", ""), Column("enter_ns", "BIGINT", ""), Column("leave_ns", "BIGINT", ""),
     Column("op", "VARCHAR", ""), Column("library", "VARCHAR", ""), Column("rank_group", "INTEGER", "")),
     "rank_group")
-STAGE_TABLES = (INTERVALS, COLLECTIVES, P2P, STEPS, PHASES)  # written by the tasks
+STAGE_TABLES = (INTERVALS, COLLECTIVES, P2P, STEPS, PHASES, METRICS, DEVICE_PHASES,  # written by the tasks
+                CORRELATIONS, CHROME_EVENTS, CHROME_TRACKS, CHROME_FILES)
 # what the shuffle gives when no rank had a collective (or a message) at all
 _NO_MATCHES = {
     "instances": "SELECT NULL::BIGINT AS comm_id, NULL::BIGINT AS seq, NULL::BIGINT AS last_enter, "
@@ -123,6 +144,8 @@ class Spec:
     # nothing to recognize by name); then, after the read stage, each library's inferred group
     comm_regions: tuple[int, ...] = ()
     named_groups: tuple[tuple[str, int], ...] = ()
+    device_locations: tuple[int, ...] = ()  # accelerator streams (device phases)
+    metrics: bool = False  # after the read stage: whether there are metric channels
 
     def group_of(self, ranks: np.ndarray) -> np.ndarray:
         return (np.searchsorted(np.array(self.group_starts), ranks, side="right") - 1).astype(np.int32)
@@ -146,6 +169,17 @@ class Plan:
     @property
     def group_starts(self) -> tuple[int, ...]:
         return tuple(ranks[0] for _, ranks in self.groups) or (0,)
+
+
+@dataclass
+class ReadResult:
+    """What a read task says besides its files: its reader's counts, what it saw of the
+    communication recognized by name (None: nothing to recognize), and the metrics its
+    samples reference."""
+
+    stats: ReadStats
+    named: Seen | None
+    metric_ids: set[int]
 
 
 def main_of(defs: Definitions, categories: Mapping[int, str] | None = None,
@@ -189,7 +223,7 @@ def plan(defs: Definitions, reader: str, workers: int) -> Plan:
 def prepare_directories(spec: Spec) -> None:
     """The directories the shuffle's writers share (each rank's own are made by the tasks
     that write it: a group task its ranks', a read task a rank's intervals as they come)."""
-    for table in (RAW_COLLECTIVES, RAW_MESSAGES, MAIN_INTERVALS, NAMED):
+    for table in (RAW_COLLECTIVES, RAW_MESSAGES, RAW_METRICS, MAIN_INTERVALS, DEVICE_INTERVALS, NAMED):
         spec.work.prepare(table, range(len(spec.group_starts)))
     for name in ("arrivals", "msg_keys"):
         base = spec.work.root / name
@@ -233,22 +267,24 @@ def _definition_views(spec: Spec, con: duckdb.DuckDBPyConnection) -> None:
 # ---- 1. read -------------------------------------------------------------------------------
 
 def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
-         progress: Callable[[int], None] | None = None) -> tuple[ReadStats, Seen | None]:
+         progress: Callable[[int], None] | None = None) -> ReadResult:
     """Read one bucket's locations; write their intervals and raw rows, and their name-only
-    collectives (with what they say of each library; None when nothing is recognized by
-    name). ``progress`` is called with the events of each chunk (in-process engines only)."""
+    collectives. ``progress`` is called with the events of each chunk (in-process engines
+    only)."""
     number, locations = bucket
     if spec.reader == "native":
         chunks = otf2_native.read_locations(Path(spec.anchor), locations, spec.global_offset,
                                             spec.resolution, spec.chunk_rows)
-    else:
-        _, chunks = otf2_python.read(Path(spec.anchor), spec.chunk_rows)
+    else:  # the Python OTF2 reader or Chrome trace JSON: the whole trace in one bucket
+        _, _, chunks = dispatch.read(Path(spec.anchor), spec.chunk_rows, "python")
     con = _connect(spec)
     stats = ReadStats()
     main_locations = np.array(spec.main_locations, dtype=np.int64)
     main_regions = np.array(spec.main_regions, dtype=np.int64)
     comm_regions = np.array(spec.comm_regions, dtype=np.int64)
+    device_locations = np.array(spec.device_locations, dtype=np.int64)
     extents: list[dict[str, np.ndarray]] = []
+    metric_ids: set[int] = set()
     try:
         for i, chunk in enumerate(chunks):
             tag = f"b{number}c{i}"
@@ -261,13 +297,22 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
                 spec.work.write_arrays(con, MAIN_INTERVALS, {**main_rows, "rank_group": spec.group_of(main_rows["rank"])},
                                        tag, nullable=_PARENT)
                 extents.append(_extents(rows))
+                if len(device_locations):
+                    dev = np.isin(rows["location_id"], device_locations)
+                    spec.work.write_arrays(con, DEVICE_INTERVALS, {k: v[dev] for k, v in rows.items()} | {
+                        "rank_group": spec.group_of(rows["rank"][dev])}, tag, nullable=_PARENT)
                 if len(comm_regions):
                     comm = np.isin(rows["region_id"], comm_regions)
                     spec.work.write_arrays(con, COMM_INTERVALS, {c.name: rows[c.name][comm]
                                                                  for c in COMM_INTERVALS.columns}, tag)
-            for table, raw in ((RAW_COLLECTIVES, chunk.collectives), (RAW_MESSAGES, chunk.messages)):
+            for table, raw in ((RAW_COLLECTIVES, chunk.collectives), (RAW_MESSAGES, chunk.messages),
+                               (RAW_METRICS, chunk.metrics)):
                 if len(raw["rank"]):
                     spec.work.write_arrays(con, table, {**raw, "rank_group": spec.group_of(raw["rank"])}, tag)
+            if len(chunk.metrics["metric_id"]):
+                metric_ids.update(int(m) for m in np.unique(chunk.metrics["metric_id"]))
+            for name, columns in chunk.tables.items():  # Chrome trace JSON's own tables
+                spec.store.write_columns(con, BY_NAME[name], columns, tag)
             if chunk.stats is not None:
                 stats = chunk.stats
             if progress is not None and chunk.events:
@@ -278,7 +323,7 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
         seen = _named(spec, con, number) if len(comm_regions) else None
     finally:
         con.close()
-    return stats, seen
+    return ReadResult(stats, seen, metric_ids)
 
 
 def _named(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> Seen:
@@ -423,10 +468,10 @@ def match(k: int, spec: Spec) -> None:
 # ---- 4. finish -----------------------------------------------------------------------------
 
 def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
-    """The final collectives, p2p, steps and phases of the group's ranks."""
+    """The final collectives, p2p, steps, phases, metrics and device phases of the group's ranks."""
     number, ranks = group
     work, store, tag = spec.work, spec.store, f"g{number}"
-    for table in (COLLECTIVES, P2P, STEPS, PHASES):  # DuckDB's partitioned writes need them
+    for table in (COLLECTIVES, P2P, STEPS, PHASES, METRICS, DEVICE_PHASES):  # DuckDB's partitioned writes need them
         store.prepare(table, ranks)
     con = _connect(spec)
     try:
@@ -457,6 +502,22 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
         con.execute(f"CREATE OR REPLACE TEMP VIEW steps AS SELECT * FROM read_parquet({candidates})")
         work.view(con, MAIN_INTERVALS, [number], name="intervals", temporary=True)  # all the sweep needs
         _phases(spec, con, tag)
+        if spec.metrics:
+            work.view(con, RAW_METRICS, [number], temporary=True)
+            work.view(con, CHANNELS, temporary=True)
+            store.write(con, METRICS, metrics.METRIC_ROWS, tag, ranks)
+        if spec.device_locations:
+            # the device phases look at the accelerator streams and the main threads
+            con.execute(f"CREATE OR REPLACE TEMP VIEW intervals AS SELECT * FROM ({work.scan(MAIN_INTERVALS, [number])}) "
+                        f"UNION ALL SELECT * FROM ({work.scan(DEVICE_INTERVALS, [number])})")
+            written = 0
+
+            def emit(rows: dict[str, np.ndarray]) -> None:
+                nonlocal written
+                store.write_columns(con, DEVICE_PHASES, rows, f"{tag}d{written}")
+                written += 1
+
+            device_phases.build_device_phases(con, emit, ranks)
     finally:
         con.close()
 

@@ -39,22 +39,43 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    "our single-node defaults: --launcher-args='-H node1:4,node2:4'")
     p.add_argument("--grace", type=float, default=10.0, metavar="SECONDS",
                    help="after a rank fails, wait this long before stopping the others")
+    p.add_argument("--power", choices=("on", "off"), default="on",
+                   help="sample CPU (RAPL) and GPU (NVML) power on every host where a source exists "
+                   "(default on; docs/energy.md)")
+    p.add_argument("--power-interval", type=float, default=None, metavar="SECONDS",
+                   help="power sampling interval (default 0.1, or DLTRACE_POWER_INTERVAL_S)")
     p.add_argument("--horovod-timeline", action="store_true",
                    help="also record Horovod's own timeline and import it into the trace "
                    "(costs about a core on rank 0; docs/horovod.md)")
     p.add_argument("--horovodize", action="store_true",
                    help="convert the single-process SCRIPT into a Horovod one in the run directory "
                    "(instrument horovodize; the diff and report go to run.json) and run that")
+    p.add_argument("--device-activity", action="store_true",
+                   help="also run torch.profiler on each rank (CPU and GPU activity, no shapes or "
+                   "stacks) and import its kernels, copies and NCCL kernels into the trace on the "
+                   "run's clock; on a machine without a GPU, CPU activity only (docs/gpu.md)")
     p.add_argument("script", help="the training script, run unmodified")
     p.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the script")
     p.set_defaults(command=run)
 
 
 def run(ns: argparse.Namespace, argv: list[str]) -> int:
-    from instrument.hooks import horovod_timeline
+    from instrument.errors import UsageError
+    from instrument.hooks import device_activity, horovod_timeline
     from instrument.launch import job
 
+    if ns.power_interval is not None and not ns.power_interval > 0:
+        raise UsageError(f"--power-interval must be a positive number of seconds, not {ns.power_interval}")
     env = {horovod_timeline.OPT_IN: "1"} if ns.horovod_timeline else {}
+    if ns.power == "off":
+        env["DLTRACE_POWER"] = "off"
+    elif ns.power_interval is not None:
+        env["DLTRACE_POWER_INTERVAL_S"] = repr(ns.power_interval)
+    if ns.device_activity:
+        if ns.tracer != "builtin":
+            raise UsageError(f"--device-activity needs the built-in tracer, not --tracer {ns.tracer}; "
+                             "drop one of the two.")
+        env[device_activity.OPT_IN] = "1"
     prepare = None
     if ns.horovodize:
         prepare, env = _horovodize(ns.script, env)

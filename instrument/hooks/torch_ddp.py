@@ -15,7 +15,8 @@ Installed when the training script imports torch. What is recorded and how:
   own communication hook, we register torch's default allreduce hook (same arithmetic: divide
   by the group size, then sum), so every bucket goes through the wrapped ``all_reduce``. After
   the last bucket is issued, the rest of ``backward`` is DDP waiting for the buckets: a wait
-  region until backward returns.
+  region until backward returns. The broadcast of module buffers at the start of each forward
+  (``broadcast_buffers``) is a blocking ``ddp.broadcast_buffers`` collective.
 """
 
 from __future__ import annotations
@@ -337,6 +338,36 @@ class TorchHooks:
         DDP.register_comm_hook = user_register  # type: ignore[method-assign,assignment]
         DDP._register_builtin_comm_hook = user_register_builtin  # type: ignore[method-assign,assignment]
         DDP.forward = traced_forward  # type: ignore[method-assign,assignment]
+        self._wrap_ddp_buffers(DDP)
+
+    def _wrap_ddp_buffers(self, DDP: Any) -> None:  # noqa: N803 -- the class
+        """DDP broadcasts its module buffers (BatchNorm statistics) from rank 0 at the start
+        of every forward, through ``dist._broadcast_coalesced`` in C++, which the wrappers
+        above do not see. Unrecorded, a rank waiting there for a late peer looked like
+        forward computing; recorded, it is a broadcast the phase model can call idle."""
+        broadcast = getattr(DDP, "_distributed_broadcast_coalesced", None)
+        if broadcast is None:
+            return
+        rec, tls = self.rec, self._tls
+        rid = rec.region_id("ddp.broadcast_buffers", records.ROLE_OF_OP[Op.BCAST])
+
+        @functools.wraps(broadcast)
+        def traced_broadcast(ddp: Any, tensors: Any, buffer_size: Any, authoritative_rank: int = 0) -> Any:
+            if getattr(tls, "busy", False):
+                return broadcast(ddp, tensors, buffer_size, authoritative_rank)
+            comm, _ = self._comm(ddp.process_group)
+            root = int(authoritative_rank)  # already a rank within the process group
+            size = nbytes(list(tensors))
+            rec.enter(rid)
+            tls.busy = True
+            try:
+                return broadcast(ddp, tensors, buffer_size, authoritative_rank)
+            finally:
+                tls.busy = False
+                rec.collective_end(rec.now(), comm, Op.BCAST, root, size, size)
+                rec.leave(rid)
+
+        DDP._distributed_broadcast_coalesced = traced_broadcast  # type: ignore[method-assign]
 
 
 _MAIN = threading.main_thread().ident

@@ -41,7 +41,8 @@ from traceio.otf2_writer import write_archive
 
 # What an external launcher must pass to every rank (Open MPI's mpirun exports only what -x names).
 EXPORTED = ("DLTRACE_RUN_DIR", "DLTRACE_TRACER", "DLTRACE_CLOCK_SERVER", "PYTHONPATH", "PYTHONUNBUFFERED",
-            "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS")
+            "MASTER_ADDR", "MASTER_PORT", "OMP_NUM_THREADS", "DLTRACE_POWERCAP_ROOT", "DLTRACE_POWER",
+            "DLTRACE_POWER_INTERVAL_S")
 
 
 @dataclass
@@ -366,8 +367,10 @@ def _finish(
                 events=s.events, steps=s.steps, complete=s.complete,
                 open_regions_closed=s.open_regions_closed, unmatched_leaves=s.unmatched_leaves,
                 records_dropped=s.records_dropped, partial_bytes=s.partial_bytes,
-                last_time_ns=s.last_time_ns,
+                last_time_ns=s.last_time_ns, gpu=(s.extra.get("gpu") or {}).get("device"),
             )
+            if "device_activity" in s.extra:  # --device-activity: what torch.profiler gave
+                entry["device_activity"] = s.extra["device_activity"]
         elif config.tracer != "none":
             entry.update(status="missing", complete=False)
         code = entry["exit_status"]
@@ -408,6 +411,7 @@ def _finish(
             "missing_ranks": result.missing_ranks if result else [],
         },
         merge_error=merge_error,
+        power=_power(config, per_rank),
     )
     runinfo.write(run_dir, info)
 
@@ -418,6 +422,46 @@ def _finish(
         exit_status = 1
     return LaunchResult(run_dir, exit_status, rank_exit, failed, interrupted, result, archive,
                         _message(config, run_dir, info, result, archive, failed, merge_error))
+
+
+def _power(config: LaunchConfig, per_rank: dict[int, merge.RankSummary]) -> dict[str, Any]:
+    """What each host's power sampler found (channels, unusable sources and why)."""
+    if config.tracer == "scorep":
+        return {"sampled": False, "reason": "not sampled with --scorep: use Score-P's metric plugins "
+                "(docs/energy.md)"}
+    hosts = {}
+    for s in sorted(per_rank.values(), key=lambda s: s.rank):
+        power = s.extra.get("power")
+        if power and power.get("host") not in hosts:
+            hosts[power.get("host")] = {"rank": s.rank, **power}
+    return {"hosts": hosts}
+
+
+def _power_line(power: dict[str, Any] | None) -> str | None:
+    """One line about power for the console: what was sampled, or why nothing was."""
+    if not power:
+        return None
+    if "reason" in power:
+        return f"power: {power['reason']}"
+    hosts = power.get("hosts", {})
+    if not hosts:
+        return None
+    if all(h.get("reason") == "--power off" for h in hosts.values()):
+        return None
+    sampled = {h: p for h, p in hosts.items() if p.get("sampled")}
+    parts = []
+    if sampled:
+        channels = sorted({c["name"] for p in sampled.values() for c in p.get("channels", [])})
+        interval = next(iter(sampled.values())).get("interval_s")
+        parts.append(f"sampled every {interval:g} s on {len(sampled)} host(s): {', '.join(channels)}")
+    for host, p in hosts.items():
+        if not p.get("sampled") and p.get("reason") != "--power off":
+            why = "; ".join(f"{u['source']}: {u['reason']}" for u in p.get("unavailable", []))
+            parts.append(f"not sampled on {host} ({why or 'no source'})")
+    errors = [f"{e['source']}: {e['reason']}" for p in hosts.values() for e in p.get("read_errors", [])]
+    if errors:
+        parts.append("read errors: " + "; ".join(errors))
+    return "power: " + "; ".join(parts)
 
 
 def _signal_name(signum: int) -> str:
@@ -462,6 +506,9 @@ def _message(
         lines.append(f"run recorded without a trace: {_display(run_dir / runinfo.RUN_JSON)}")
     if merge_error:
         lines.append(f"no trace: {merge_error}")
+    power = _power_line(info.get("power")) if archive is not None else None
+    if power:
+        lines.append(power)
     return "\n".join(lines)
 
 

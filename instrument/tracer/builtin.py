@@ -14,6 +14,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,10 @@ class Tracer(Recorder):
         self._flush_lock = threading.Lock()
         # Seconds finalize waits for the buffer lock; a signal handler sets it (see finalize).
         self.flush_timeout_s: float = -1
+        # Metric channels (the power sampler's), as the spill metadata lists them, and what
+        # runs first when the rank finalizes (the sampler's last sample).
+        self.metric_defs: list[dict[str, Any]] = []
+        self._finalizers: list[Callable[[], None]] = []
         try:
             self.spill: SpillWriter | None = SpillWriter(self.run_dir / "ranks", rank)
             self._write_meta()
@@ -114,6 +119,24 @@ class Tracer(Recorder):
 
     def _emit_step_discard(self, step_index: int, t: int) -> None:
         self._append(t, Kind.STEP_DISCARD, aux=step_index)
+
+    # -- metrics --------------------------------------------------------------------------
+    def metric_channel(self, definition: dict[str, Any]) -> int:
+        """Define a metric channel (name, description, unit, exponent, mode, device fields);
+        returns the id its samples refer to."""
+        with self._lock:
+            self.metric_defs.append(dict(definition))
+            self._defs_changed = True
+            return len(self.metric_defs) - 1
+
+    def metric_sample(self, loc: int, channel: int, t: int, value: int) -> None:
+        """One sample of ``channel`` at ``t`` on metric location ``loc`` (from
+        ``named_loc(..., kind="metric")``): an integer in the channel's unit and exponent."""
+        self._append(t, Kind.METRIC, region=channel, loc=loc, aux=value)
+
+    def add_finalizer(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the rank finalizes, before the last flush (if the buffer is free)."""
+        self._finalizers.append(fn)
 
     # -- spilling -----------------------------------------------------------------------
     def _sink(self, raw: memoryview) -> None:
@@ -152,6 +175,7 @@ class Tracer(Recorder):
         meta["comms"] = list(self.comm_defs)
         meta["threads"] = list(self.thread_names)
         meta["thread_kinds"] = list(self.loc_kinds)
+        meta["metrics"] = list(self.metric_defs)
         meta["records_appended"] = self.buffer.appended
         meta["records_dropped"] = self.buffer.dropped
         meta["steps_opened"] = self.steps_opened
@@ -207,6 +231,8 @@ class Tracer(Recorder):
         self._stop_flusher.set()
         free = self.buffer.lock_free(self.flush_timeout_s)
         if free:
+            for fn in self._finalizers:
+                fn()
             self.end_steps()
             if threading.current_thread() is threading.main_thread():
                 self.unwind(0)  # a step opened after the last optimizer step is balanced too

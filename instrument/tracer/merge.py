@@ -10,7 +10,10 @@ against a region stack so the archive is always properly nested:
 - a COLL_END becomes an MpiCollectiveBegin at its region's enter time and an
   MpiCollectiveEnd before its Leave;
 - asynchronous collectives go onto communication lanes: the first lane free at the issue
-  time, so overlapping operations stay visible without breaking nesting.
+  time, so overlapping operations stay visible without breaking nesting;
+- metric samples (the power sampler's) stay on their METRIC location; each channel is charged
+  to the rank whose GPU it measures (the rank's pinned device, from its metadata, on the same
+  host), else to its host.
 """
 
 from __future__ import annotations
@@ -24,8 +27,8 @@ import numpy as np
 
 from instrument.tracer.spill import RankSpill, SpillError, ranks_present, read_rank
 from traceio import codec, records
-from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
-from traceio.records import EVENT_DTYPE, Kind, Role
+from traceio.archive import ArchiveSpec, LocationSpec, MetricSpec, RankSpec
+from traceio.records import EVENT_DTYPE, Device, Kind, Role
 
 
 def _version() -> str:
@@ -222,7 +225,8 @@ def _rank(spill: RankSpill, defs: _Defs) -> tuple[RankSpec, RankSummary]:
     step = defs.region(records.STEP, Role.FUNCTION)
     discard = {int(a) for a in recs["aux"][rec_kind == Kind.STEP_DISCARD]}
     tail = defs.region(records.TAIL, Role.FUNCTION) if discard else step
-    last_t = int(max(recs["time"].max(where=known & (rec_kind != Kind.STEP_DISCARD), initial=0),
+    last_t = int(max(recs["time"].max(where=known & ~np.isin(rec_kind, (Kind.STEP_DISCARD, Kind.METRIC)),
+                                      initial=0),
                      recs["aux"].max(where=known & (rec_kind == Kind.ASYNC_COLL), initial=0))
                  ) if known.any() else None
 
@@ -246,6 +250,12 @@ def _rank(spill: RankSpill, defs: _Defs) -> tuple[RankSpec, RankSummary]:
     for index, stream in _lanes(asyncs, first_lane):
         locations.append(LocationSpec(spill.rank, index, f"comm lane {index - first_lane}",
                                       "comm_lane", stream))
+    # metric locations: samples keep the rank's own channel ids until collect() maps them
+    n_metrics = len(meta.get("metrics", []))
+    is_metric = (rec_kind == Kind.METRIC) & (recs["region"] < n_metrics)
+    for loc in sorted(set(recs["loc"][is_metric].tolist())):
+        name = threads[loc] if loc < len(threads) else f"metrics {loc}"
+        locations.append(LocationSpec(spill.rank, loc, name, "metric", _rows(recs, is_metric & (recs["loc"] == loc))))
 
     samples = meta.get("clock_samples", [])
     offsets = [(s["local_ns"], s["offset_ns"], s["rtt_ns"] / 2) for s in samples]
@@ -280,6 +290,7 @@ def collect(run_dir: Path, expected_ranks: int | None = None) -> MergeResult:
     defs.region(records.STEP, Role.FUNCTION)
     specs: list[RankSpec] = []
     summaries: list[RankSummary] = []
+    metric_defs: dict[int, list[dict[str, Any]]] = {}
     start_realtime = None
     for rank in present:
         try:
@@ -287,6 +298,7 @@ def collect(run_dir: Path, expected_ranks: int | None = None) -> MergeResult:
         except SpillError as e:
             raise MergeError(str(e)) from None
         spec, summary = _rank(spill, defs)
+        metric_defs[rank] = list(spill.meta.get("metrics", []))
         specs.append(spec)
         summaries.append(summary)
         rt = spill.meta.get("start_realtime_ns")
@@ -295,5 +307,38 @@ def collect(run_dir: Path, expected_ranks: int | None = None) -> MergeResult:
     expected = expected_ranks if expected_ranks is not None else max(present) + 1
     missing = [r for r in range(expected) if r not in present]
     archive = ArchiveSpec(defs.regions, defs.comms, specs, start_realtime_ns=start_realtime,
-                          creator=f"dltrace {_version()}")
+                          creator=f"dltrace {_version()}",
+                          metrics=_metrics(specs, metric_defs, summaries))
     return MergeResult(archive, summaries, missing)
+
+
+def _pinned_rank(channel: dict[str, Any], host: str, summaries: list[RankSummary]) -> int | None:
+    """The rank on ``host`` whose pinned GPU (its metadata's ``gpu.device``: an index or a
+    UUID, from CUDA_VISIBLE_DEVICES and LOCAL_RANK) ``channel`` measures; None if none is."""
+    if channel.get("device") != Device.GPU:
+        return None
+    for s in sorted(summaries, key=lambda s: s.rank):
+        token = str((s.extra.get("gpu") or {}).get("device", ""))
+        if s.host != host or not token:
+            continue
+        if token == str(channel.get("index")) or (channel.get("uuid") and str(channel["uuid"]).startswith(token)):
+            return s.rank
+    return None
+
+
+def _metrics(specs: list[RankSpec], metric_defs: dict[int, list[dict[str, Any]]],
+             summaries: list[RankSummary]) -> list[MetricSpec]:
+    """The archive's metric channels; remaps each METRIC location's samples to them."""
+    out: list[MetricSpec] = []
+    for spec in specs:
+        local = metric_defs.get(spec.rank, [])
+        ids = np.array([len(out) + i for i in range(len(local))] or [0], dtype=np.uint32)
+        for d in local:
+            out.append(MetricSpec(
+                name=str(d["name"]), description=f"{d.get('description', '')} on {spec.host}",
+                unit=str(d["unit"]), exponent=int(d["exponent"]), mode=str(d["mode"]), host=spec.host,
+                rank=_pinned_rank(d, spec.host, summaries), recorder=(spec.rank, int(d["loc"]))))
+        for loc in spec.locations:
+            if loc.kind == "metric":
+                loc.records["region"] = ids[loc.records["region"]]
+    return out

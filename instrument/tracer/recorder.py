@@ -95,7 +95,9 @@ class Recorder:
 
     def named_loc(self, name: str, kind: str = "timeline") -> int:
         """A location not bound to a thread, for activities imported from another clock-aligned
-        source (Horovod's timeline). Fill it with :meth:`interval`, in time order."""
+        source (Horovod's timeline; torch.profiler's threads, and its device streams with kind
+        ``accelerator_stream``). Fill it with :meth:`interval`, :meth:`enter_on` /
+        :meth:`leave_on` and :meth:`collective_interval`, in time order."""
         with self._lock:
             loc = len(self.thread_names)
             self.thread_names.append(name)
@@ -107,6 +109,25 @@ class Recorder:
     def interval(self, loc: int, rid: int, start: int, end: int) -> None:
         """A complete region instance on a named location (never opens a step)."""
         self._emit_enter(loc, rid, start)
+        self._emit_leave(loc, rid, end)
+
+    def enter_on(self, loc: int, rid: int, t: int) -> None:
+        """Enter ``rid`` on a named location, for imported activities that nest: each
+        location's enters and leaves must come in time order and nest properly."""
+        self._emit_enter(loc, rid, t)
+
+    def leave_on(self, loc: int, rid: int, t: int) -> None:
+        """Leave ``rid`` on a named location (see :meth:`enter_on`)."""
+        self._emit_leave(loc, rid, t)
+
+    def collective_interval(
+        self, loc: int, rid: int, start: int, end: int, comm: int, op: Op, root: int,
+        bytes_sent: int, bytes_recv: int,
+    ) -> None:
+        """A complete collective performed by region ``rid`` on a named location from
+        ``start`` to ``end`` (a communication kernel on an accelerator stream)."""
+        self._emit_enter(loc, rid, start)
+        self._emit_coll_end(loc, end, comm, op, root, bytes_sent, bytes_recv)
         self._emit_leave(loc, rid, end)
 
     # -- regions ------------------------------------------------------------------------

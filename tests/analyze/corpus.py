@@ -54,7 +54,8 @@ class Mutant:
 
 
 def sources(workdir: Path) -> dict[str, Path]:
-    """The archives mutants are made from: the Score-P fixtures and one of our own."""
+    """The archives mutants are made from: the Score-P fixtures and one of our own (with
+    metric channels, as the power sampler writes them)."""
     from tests.literal import write_literal
 
     ours = workdir / "ours"
@@ -66,7 +67,10 @@ def sources(workdir: Path) -> dict[str, Path]:
             (1, "MPI_Allreduce", 3 * ms, 4 * ms, {"op": "allreduce", "bytes": 8}),
             (0, "MPI_Send", 5 * ms, 6 * ms, {"send": 1, "tag": 3, "bytes": 64}),
             (1, "MPI_Recv", 5 * ms, 7 * ms, {"recv": 0, "tag": 3, "bytes": 64}),
-        ], clock_offsets={1: [(0, 1000, 0.0), (12 * ms, 3000, 0.0)]})
+        ], clock_offsets={1: [(0, 1000, 0.0), (12 * ms, 3000, 0.0)]},
+            metrics=[{"name": "cpu_package 0 energy", "samples": [(t * ms, 40 * t * 1000) for t in range(0, 13, 2)]},
+                     {"name": "gpu 1 power", "unit": "W", "exponent": -3, "mode": "ABSOLUTE_POINT", "rank": 1,
+                      "samples": [(t * ms, 250_000) for t in range(0, 13, 3)]}])
     found = {p.name: p for p in sorted(FIXTURES.iterdir()) if (p / "traces.otf2").exists()}
     return {**found, "ours": ours}
 

@@ -1,6 +1,7 @@
-"""The local and the Dask engine build identical tables: on every real Score-P fixture, on
-generated archives (the benchmark's DDP-like steps on 2 and 8 ranks, random unbalanced record
-streams, a literal trace with every kind of matching) and with either reader.
+"""The local and the Dask engine build identical tables: on every real Score-P fixture (metric
+and device ones included) and Kineto fixture, on generated archives (the benchmark's DDP-like
+steps on 2 and 8 ranks, random unbalanced record streams, a literal trace with every kind of
+matching, one with communication recognized by name only) and with either reader.
 
 Both run the same task functions; what differs is the process a task runs in (threads here,
 worker processes of a local Dask cluster there), how its arguments and results travel
@@ -27,6 +28,8 @@ from traceio.otf2_writer import write_archive
 
 FIXTURES = sorted(p.parent.relative_to(ROOT / "tests" / "fixtures")
                   for p in (ROOT / "tests" / "fixtures").glob("scorep*/*/traces.otf2"))
+KINETO = sorted(p.relative_to(ROOT / "tests" / "fixtures") for p in (ROOT / "tests" / "fixtures" / "kineto").iterdir()
+                if p.is_dir())
 MS = 1_000_000
 RANKS_MATCHED = COLLECTIVES.names.index("ranks_matched")
 
@@ -135,6 +138,14 @@ def test_name_only_collectives(tmp_path: Path, dask_engine: object, monkeypatch:
 def test_scorep_fixtures(fixture: Path, tmp_path: Path, dask_engine: object) -> None:
     tables = same_tables(ROOT / "tests" / "fixtures" / fixture, tmp_path, dask_engine)
     assert tables["intervals"] and tables["phases"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", KINETO, ids=str)
+def test_kineto_fixtures(fixture: Path, tmp_path: Path, dask_engine: object) -> None:
+    # one read task (a Chrome trace is read whole), then groups of ranks as for OTF2
+    tables = same_tables(ROOT / "tests" / "fixtures" / fixture, tmp_path, dask_engine)
+    assert tables["intervals"] and tables["chrome_events"] and tables["chrome_files"]
 
 
 @pytest.mark.slow

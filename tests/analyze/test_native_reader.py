@@ -32,7 +32,7 @@ pytestmark = pytest.mark.skipif(not otf2_native.available(),
                                 reason=f"native reader not built: {otf2_native.unavailable_reason()}")
 
 FIXTURES = sorted(p.name for p in SCOREP_FIXTURES.iterdir() if (p / "traces.otf2").exists())
-TABLES = ("intervals", "collectives", "messages")
+TABLES = ("intervals", "collectives", "messages", "metrics")
 
 
 def rows(chunks: list[Chunk]) -> tuple[dict[str, list[tuple]], ReadStats | None]:

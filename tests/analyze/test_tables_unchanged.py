@@ -2,7 +2,8 @@
 trace of our own give exactly the tables they gave before the pattern table existed.
 
 ``golden/tables-before-patterns.json`` was written by this module's ``__main__`` on the
-commit before the pattern table (f17e6fe), for every table in ``analyze.schema.TABLES``: the
+tip of issue 15 (a6503a0: the commit before the pattern table, f17e6fe, plus the device side,
+which classifies kernels by their role), for every table in ``analyze.schema.TABLES``: the
 columns the table had then, its row count and a SHA-256 of its rows (each value cast to
 text, sorted). Columns added since (``regions.pattern_op``, ``collectives.source``, ...) are checked here
 to say what they must say for traces without library names: nothing.

@@ -39,5 +39,11 @@ def test_merge(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_overhead() -> None:
-    out = bench("bench.overhead", "--repeat", "1", "--steps", "3", "--batch-size", "4")
-    assert "ratio to none" in out and "torch.profiler" in out
+    out = bench("bench.overhead", "--workload", "small-ops", "--repeat", "1", "--steps", "3", "--threads", "1")
+    assert "ratio to none" in out and "torch.profiler" in out and "builtin+device" in out
+    assert "runs/ddp_small_ops.py --steps 3" in out
+
+
+def test_power_sampler() -> None:
+    out = bench("bench.power_sampler", "--samples", "20")
+    assert "CPU us/sample" in out and "% of a core" in out

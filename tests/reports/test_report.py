@@ -31,14 +31,16 @@ def test_report_of_a_ddp_run_and_a_scorep_trace(ddp_run: Run, tmp_path: Path) ->
     scorep = shutil.copytree(SCOREP_FIXTURES / "pipit-pingpong", tmp_path / "pipit-pingpong")
     proc = report(str(ddp_run.run_dir), str(scorep), "-o", str(out), "--png")
     assert proc.returncode == 0, proc.stderr
-    # bottleneck comparison + DDP (timeline, steps, collective waits) + ping-pong (timeline,
-    # steps; it has no collectives)
-    assert pages(out) == 1 + 3 + 2
-    assert "(6 pages)" in proc.stdout
+    # bottleneck comparison + DDP (timeline, steps, collective waits, overlap, root causes,
+    # critical path) + ping-pong (the same but waits: it has no collectives)
+    assert pages(out) == 1 + 6 + 5
+    assert "(12 pages)" in proc.stdout
     pngs = sorted(p.name for p in tmp_path.glob("cmp-*.png"))
-    assert pngs == ["cmp-01-ddp-steps.png", "cmp-01-ddp-timeline.png", "cmp-01-ddp-waits.png",
-                    "cmp-02-pipit-pingpong-steps.png", "cmp-02-pipit-pingpong-timeline.png",
-                    "cmp-bottleneck.png"]
+    assert pngs == ["cmp-01-ddp-causes.png", "cmp-01-ddp-critical-path.png", "cmp-01-ddp-overlap.png",
+                    "cmp-01-ddp-steps.png", "cmp-01-ddp-timeline.png", "cmp-01-ddp-waits.png",
+                    "cmp-02-pipit-pingpong-causes.png", "cmp-02-pipit-pingpong-critical-path.png",
+                    "cmp-02-pipit-pingpong-overlap.png", "cmp-02-pipit-pingpong-steps.png",
+                    "cmp-02-pipit-pingpong-timeline.png", "cmp-bottleneck.png"]
     assert all((tmp_path / p).stat().st_size > 10_000 for p in pngs)
 
 
@@ -46,7 +48,7 @@ def test_report_of_a_ddp_run_and_a_scorep_trace(ddp_run: Run, tmp_path: Path) ->
 def test_steps_window_and_its_errors(ddp_run: Run, tmp_path: Path) -> None:
     ok = report(str(ddp_run.run_dir), "-o", str(tmp_path / "w.pdf"), "--steps", "1:3")
     assert ok.returncode == 0, ok.stderr
-    assert pages(tmp_path / "w.pdf") == 4
+    assert pages(tmp_path / "w.pdf") == 7
     for bad, words in (("3:1", "B must be larger"), ("x", "expected A:B"), ("50:52", "has no steps 50:52")):
         proc = report(str(ddp_run.run_dir), "-o", str(tmp_path / "bad.pdf"), "--steps", bad)
         assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
@@ -62,8 +64,9 @@ def test_hostile_run_names_and_a_missing_run(tmp_path: Path) -> None:
     out = tmp_path / "out" / "r.pdf"
     proc = report(str(run), "-o", str(out), "--png")
     assert proc.returncode == 0, proc.stderr
-    assert pages(out) == 4
-    assert sorted(p.name for p in out.parent.glob("*.png"))[0] == "r-01-gr_e_q_x-steps.png"
+    # bottleneck, timeline, steps, waits, overlap, root causes (rank 0 waits 1 ms), critical path
+    assert pages(out) == 7
+    assert sorted(p.name for p in out.parent.glob("*.png"))[0] == "r-01-gr_e_q_x-causes.png"
     missing = report(str(tmp_path / "nope"), "-o", str(tmp_path / "n.pdf"))
     assert missing.returncode != 0 and "no such run directory" in missing.stderr
     assert "Traceback" not in missing.stderr

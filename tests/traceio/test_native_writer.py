@@ -3,6 +3,7 @@ give the Python loops' records."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import analyze
 from instrument.tracer import merge
 from instrument.tracer.builtin import Tracer
 from tests.instrument.test_merge import Clock, traced_rank
@@ -163,3 +165,50 @@ def test_collect_same_with_and_without_the_extension(tmp_path: Path, monkeypatch
 
     assert layout(native) == layout(python)
     assert python.ranks[2].open_regions_closed == 3 and len(python.spec.ranks[0].locations) > 2
+
+
+def test_accelerator_streams_both_writers_and_both_readers(tmp_path: Path) -> None:
+    """A device stream (kind accelerator_stream, as --device-activity writes them): both writers
+    write it as an OTF2 ACCELERATOR_STREAM location of the rank, byte for byte alike, and both
+    readers give it back with its kernels, copies and collective (an alltoallv, as NCCL's
+    SendRecv kernels are written)."""
+    def rec(t: int, kind: int, **f: int) -> tuple:
+        return (t, 0, f.get("sent", 0), f.get("recv", 0), f.get("region", 0), f.get("comm", -1), -1, 1, kind,
+                f.get("op", 0))
+
+    main = np.array([rec(0, Kind.ENTER, region=0), rec(100, Kind.LEAVE, region=0)], dtype=EVENT_DTYPE)
+    stream = np.array([
+        rec(10, Kind.ENTER, region=1), rec(20, Kind.LEAVE, region=1),
+        rec(20, Kind.ENTER, region=2), rec(25, Kind.LEAVE, region=2),
+        rec(30, Kind.ENTER, region=3), rec(30, Kind.COLL_BEGIN), rec(60, Kind.COLL_END, comm=0, op=Op.ALLTOALLV,
+                                                                      sent=64, recv=64),
+        rec(60, Kind.LEAVE, region=3)], dtype=EVENT_DTYPE)
+    spec = ArchiveSpec([("dltrace.step", "function"), ("gemm", "kernel"), ("Memcpy HtoD", "data_transfer"),
+                        ("ncclDevKernel_SendRecv", "coll_all2all")], [("device 0", [0])],
+                       [RankSpec(0, "h", [], [LocationSpec(0, 0, "main thread", "main", main),
+                                              LocationSpec(0, 1, "GPU 0 stream 7", "accelerator_stream", stream)])],
+                       start_realtime_ns=1_700_000_000_000_000_000)
+    write_archive(spec, tmp_path / "python", writer="python")
+    anchor = write_archive(spec, tmp_path / "native", writer="native")
+    assert files(tmp_path / "native") == files(tmp_path / "python")
+    tool = shutil.which("otf2-print")
+    assert tool
+    defs = subprocess.run([tool, "-G", str(anchor)], capture_output=True, text=True, timeout=60).stdout
+    assert re.search(r'Name: "GPU 0 stream 7" <\d+>, Type: ACCELERATOR_STREAM', defs)
+    tables = []
+    for reader in ("python", "native"):
+        con = analyze.open(tmp_path / "native", db=tmp_path / f"{reader}.duckdb", reader=reader, force=True)
+        tables.append((
+            con.execute("SELECT name, kind, is_main FROM locations ORDER BY thread").fetchall(),
+            con.execute("SELECT r.name, r.role, r.category FROM intervals i JOIN regions r USING (region_id) "
+                        "ORDER BY i.location_id, i.idx").fetchall(),
+            con.execute("SELECT op, bytes, is_async FROM collectives").fetchall(),
+            con.execute("SELECT phase, duration_ns FROM device_phases ORDER BY phase").fetchall()))
+    assert tables[0] == tables[1]
+    assert tables[0] == (
+        [("main thread", "cpu_thread", True), ("GPU 0 stream 7", "accelerator_stream", False)],
+        [("dltrace.step", "function", "step"), ("gemm", "kernel", "kernel"),
+         ("Memcpy HtoD", "data_transfer", "memory"), ("ncclDevKernel_SendRecv", "coll_all2all", "collective")],
+        [("alltoallv", 64, True)],
+        # the step [0, 100): compute [10, 20), memory [20, 25), exposed [30, 60), idle the rest
+        [("comm_exposed", 30), ("compute", 10), ("idle", 55), ("memory", 5)])

@@ -32,7 +32,7 @@ typedef struct __attribute__((packed)) {
 _Static_assert(sizeof(Record) == 48, "Record must match instrument.events.EVENT_DTYPE");
 
 enum { K_ENTER = 1, K_LEAVE = 2, K_COLL_END = 3, K_ASYNC_COLL = 4, K_STEP_DISCARD = 5,
-       K_COLL_BEGIN = 6, K_SEND = 7, K_RECV = 8 };
+       K_COLL_BEGIN = 6, K_SEND = 7, K_RECV = 8, K_METRIC = 9 };
 
 /* Growable columns of fixed-width values, all with the same number of rows. */
 #define MAX_COLUMNS 16

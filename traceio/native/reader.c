@@ -1,4 +1,4 @@
-/* Reader: OTF2 events of some locations -> interval, collective and message columns.
+/* Reader: OTF2 events of some locations -> interval, collective, message and metric columns.
  *
  * Applies exactly the rules of analyze/columns.py (IntervalBuilder), location by location:
  * each Reader owns its own OTF2_Reader over the archive and reads its locations one after
@@ -68,7 +68,7 @@ typedef struct {
     /* ticks -> ns */
     uint64_t offset, resolution;
     /* results since the last read() */
-    Table iv, co, me;
+    Table iv, co, me, mt;
     uint64_t events, unmatched_leaves, truncated, unmatched_coll_ends;
     int out_of_memory;
     int busy;
@@ -77,6 +77,7 @@ typedef struct {
 static const size_t IV_WIDTHS[] = {8, 4, 8, 8, 4, 8, 8, 8, 1, 8};
 static const size_t CO_WIDTHS[] = {8, 4, 8, 8, 8, 4, 8, 8, 8, 8, 8, 8, 8};
 static const size_t ME_WIDTHS[] = {8, 4, 1, 8, 8, 8, 8, 8, 8, 8, 8};
+static const size_t MT_WIDTHS[] = {8, 4, 8, 4, 8, 8};
 enum { CO_REGION = 10, CO_ENTER = 11, CO_LEAVE = 12, ME_ENTER = 9, ME_LEAVE = 10 };
 
 #define COL(t, i, type) (((type *)(t)->data[i])[(t)->rows])
@@ -335,6 +336,43 @@ static OTF2_CallbackCode on_irecv(OTF2_LocationRef loc, OTF2_TimeStamp time, uin
     return message(ud, time, 1, sender, comm, tag, length);
 }
 
+/* One row per value (analyze.columns METRIC_COLUMNS); values as float64, INT64 and UINT64
+ * converted by C's rules (round to nearest), as Python's float() converts them. */
+static OTF2_CallbackCode on_metric(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
+                                   void *ud, OTF2_AttributeList *attrs, OTF2_MetricRef metric,
+                                   uint8_t n, const OTF2_Type *types,
+                                   const OTF2_MetricValue *values) {
+    (void)loc, (void)pos, (void)attrs;
+    Reader *r = ud;
+    int64_t t = to_ns(r, time);
+    r->events++;
+    r->last_t = t;
+    Table *mt = &r->mt;
+    if (table_reserve(mt, n) < 0)
+        return out_of_memory(r);
+    for (uint8_t i = 0; i < n; i++) {
+        double v;
+        switch (types[i]) {
+        case OTF2_TYPE_INT64:
+            v = (double)values[i].signed_int;
+            break;
+        case OTF2_TYPE_UINT64:
+            v = (double)values[i].unsigned_int;
+            break;
+        default:
+            v = values[i].floating_point;
+        }
+        COL(mt, 0, int64_t) = (int64_t)r->locs[r->cur];
+        COL(mt, 1, int32_t) = r->ranks[r->cur];
+        COL(mt, 2, int64_t) = (int64_t)metric;
+        COL(mt, 3, int32_t) = (int32_t)i;
+        COL(mt, 4, int64_t) = t;
+        COL(mt, 5, double) = v;
+        mt->rows++;
+    }
+    return OTF2_CALLBACK_SUCCESS;
+}
+
 /* Any other event only counts as the location's latest activity. */
 static OTF2_CallbackCode on_other(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
                                   void *ud, OTF2_AttributeList *attrs) {
@@ -354,7 +392,7 @@ static OTF2_CallbackCode on_other(OTF2_LocationRef loc, OTF2_TimeStamp time, uin
     X(CommCreate) X(CommDestroy) X(IoAcquireLock) X(IoChangeStatusFlags) X(IoCreateHandle)     \
     X(IoDeleteFile) X(IoDestroyHandle) X(IoDuplicateHandle) X(IoOperationBegin)                \
     X(IoOperationCancelled) X(IoOperationComplete) X(IoOperationIssued) X(IoOperationTest)     \
-    X(IoReleaseLock) X(IoSeek) X(IoTryLock) X(MeasurementOnOff) X(Metric) X(MpiIrecvRequest)   \
+    X(IoReleaseLock) X(IoSeek) X(IoTryLock) X(MeasurementOnOff) X(MpiIrecvRequest)             \
     X(MpiIsendComplete) X(MpiRequestCancelled) X(MpiRequestTest)                               \
     X(NonBlockingCollectiveComplete) X(NonBlockingCollectiveRequest) X(OmpAcquireLock)         \
     X(OmpFork) X(OmpJoin) X(OmpReleaseLock) X(OmpTaskComplete) X(OmpTaskCreate)                \
@@ -376,6 +414,7 @@ static void set_callbacks(OTF2_EvtReaderCallbacks *cbs) {
     OTF2_EvtReaderCallbacks_SetMpiIsendCallback(cbs, on_isend);
     OTF2_EvtReaderCallbacks_SetMpiRecvCallback(cbs, on_recv);
     OTF2_EvtReaderCallbacks_SetMpiIrecvCallback(cbs, on_irecv);
+    OTF2_EvtReaderCallbacks_SetMetricCallback(cbs, on_metric);
     /* records newer than this OTF2 (MPI_Mprobe & co. in 3.1) arrive as unknown */
     OTF2_EvtReaderCallbacks_SetUnknownCallback(cbs, on_other);
 #define X(name) \
@@ -450,6 +489,7 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
     table_init(&r->iv, 10, IV_WIDTHS);
     table_init(&r->co, 13, CO_WIDTHS);
     table_init(&r->me, 11, ME_WIDTHS);
+    table_init(&r->mt, 6, MT_WIDTHS);
 
     r->otf2 = OTF2_Reader_Open(anchor);
     if (r->otf2 == NULL) {
@@ -546,6 +586,7 @@ static void reader_dealloc(PyObject *self) {
     table_free(&r->iv);
     table_free(&r->co);
     table_free(&r->me);
+    table_free(&r->mt);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -572,7 +613,7 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
     /* rows waiting for their instance to close cannot be handed out yet: count only the others,
        so that every call either hands out max_rows rows or reads on */
     while (r->cur < r->nloc &&
-           r->iv.rows + ready_rows(&r->co_wait, &r->co) + ready_rows(&r->me_wait, &r->me) <
+           r->iv.rows + ready_rows(&r->co_wait, &r->co) + ready_rows(&r->me_wait, &r->me) + r->mt.rows <
                (size_t)max_rows) {
         if (r->evt == NULL && open_location(r, &open_failed, &rc) < 0)
             break;
@@ -627,16 +668,18 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
     }
     size_t co_ready = ready_rows(&r->co_wait, &r->co), me_ready = ready_rows(&r->me_wait, &r->me);
     PyObject *iv = table_take(&r->iv), *co = table_take_rows(&r->co, co_ready),
-             *me = table_take_rows(&r->me, me_ready);
+             *me = table_take_rows(&r->me, me_ready),
+             *mt = table_take(&r->mt);
     waiting_handed_out(&r->co_wait, co_ready);
     waiting_handed_out(&r->me_wait, me_ready);
-    if (!iv || !co || !me) {
+    if (!iv || !co || !me || !mt) {
         Py_XDECREF(iv);
         Py_XDECREF(co);
         Py_XDECREF(me);
+        Py_XDECREF(mt);
         return NULL;
     }
-    return Py_BuildValue("(NNNKO)", iv, co, me, (unsigned long long)(r->events - events_before),
+    return Py_BuildValue("(NNNNKO)", iv, co, me, mt, (unsigned long long)(r->events - events_before),
                          r->cur == r->nloc ? Py_True : Py_False);
 }
 
@@ -661,7 +704,7 @@ static PyObject *reader_close(PyObject *self, PyObject *unused) {
 
 static PyMethodDef reader_methods[] = {
     {"read", reader_read, METH_VARARGS,
-     "read(max_rows) -> (intervals, collectives, messages, events, done)\n"
+     "read(max_rows) -> (intervals, collectives, messages, metrics, events, done)\n"
      "Read on until about max_rows rows are ready (or the locations end), without the GIL.\n"
      "Each table is a tuple of Columns in analyze.columns order."},
     {"stats", reader_stats, METH_NOARGS,

@@ -38,6 +38,8 @@ typedef struct {
     const uint32_t *comm_refs;
     Py_ssize_t ncomms;
     const uint8_t *op_map;
+    const uint32_t *metric_refs; /* a METRIC record's member index -> its metric (instance) */
+    Py_ssize_t nmetrics;
     char error[256];
 } EventContext;
 
@@ -111,6 +113,19 @@ static int write_events(OTF2_EvtWriter *w, const Record *rec, size_t n, EventCon
                      : OTF2_EvtWriter_MpiRecv(w, NULL, t, (uint32_t)r->root, comm,
                                               (uint32_t)r->aux, r->bytes_sent);
             break;
+        case K_METRIC: {
+            if (r->region >= (uint64_t)ctx->nmetrics) {
+                snprintf(ctx->error, sizeof ctx->error,
+                         "a metric record at %lld refers to channel %u of %zd", (long long)r->time,
+                         (unsigned)r->region, ctx->nmetrics);
+                return -1;
+            }
+            OTF2_Type type = OTF2_TYPE_INT64;
+            OTF2_MetricValue value;
+            value.signed_int = r->aux;
+            rc = OTF2_EvtWriter_Metric(w, NULL, t, ctx->metric_refs[r->region], 1, &type, &value);
+            break;
+        }
         default:
             continue; /* not an event (the Python writer skips these too) */
         }
@@ -184,19 +199,20 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
     const char *directory, *name, *creator;
     unsigned long long resolution, global_offset, length, realtime;
     PyObject *strings, *nodes, *lgroups, *locations, *props, *regions, *groups, *comms;
-    PyObject *comm_refs_obj;
+    PyObject *comm_refs_obj, *members, *metrics, *metric_refs_obj;
     Py_buffer op_map = {0};
-    if (!PyArg_ParseTuple(args, "sss(KKKK)OOOOOOOOOy*", &directory, &name, &creator, &resolution,
-                          &global_offset, &length, &realtime, &strings, &nodes, &lgroups,
-                          &locations, &props, &regions, &groups, &comms, &comm_refs_obj, &op_map))
+    if (!PyArg_ParseTuple(args, "sss(KKKK)OOOOOOOOOy*OOO", &directory, &name, &creator,
+                          &resolution, &global_offset, &length, &realtime, &strings, &nodes,
+                          &lgroups, &locations, &props, &regions, &groups, &comms, &comm_refs_obj,
+                          &op_map, &members, &metrics, &metric_refs_obj))
         return NULL;
     OTF2_Archive *archive = NULL;
     Loc *locs = NULL;
-    uint32_t *comm_refs = NULL;
-    Py_ssize_t nloc = 0, ncomm_refs = 0;
+    uint32_t *comm_refs = NULL, *metric_refs = NULL;
+    Py_ssize_t nloc = 0, ncomm_refs = 0, nmetric_refs = 0;
     PyObject *s_strings = NULL, *s_nodes = NULL, *s_lgroups = NULL, *s_locs = NULL,
              *s_props = NULL, *s_regions = NULL, *s_groups = NULL, *s_comms = NULL,
-             *s_comm_refs = NULL;
+             *s_comm_refs = NULL, *s_members = NULL, *s_metrics = NULL, *s_metric_refs = NULL;
     PyObject *result = NULL;
     if (op_map.len != 256) {
         PyErr_SetString(PyExc_ValueError, "op_map must have 256 entries");
@@ -206,7 +222,10 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
         !(s_lgroups = PySequence_Fast(lgroups, "location groups")) || !(s_locs = PySequence_Fast(locations, "locations")) ||
         !(s_props = PySequence_Fast(props, "location properties")) || !(s_regions = PySequence_Fast(regions, "regions")) ||
         !(s_groups = PySequence_Fast(groups, "groups")) || !(s_comms = PySequence_Fast(comms, "comms")) ||
-        !(s_comm_refs = PySequence_Fast(comm_refs_obj, "comm refs")))
+        !(s_comm_refs = PySequence_Fast(comm_refs_obj, "comm refs")) ||
+        !(s_members = PySequence_Fast(members, "metric members")) ||
+        !(s_metrics = PySequence_Fast(metrics, "metrics")) ||
+        !(s_metric_refs = PySequence_Fast(metric_refs_obj, "metric refs")))
         goto fail;
 
     /* parse locations and their record buffers up front: the event loop runs without the GIL */
@@ -214,12 +233,19 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
     locs = calloc(nloc ? nloc : 1, sizeof(Loc));
     ncomm_refs = PySequence_Fast_GET_SIZE(s_comm_refs);
     comm_refs = calloc(ncomm_refs ? ncomm_refs : 1, sizeof(uint32_t));
-    if (locs == NULL || comm_refs == NULL) {
+    nmetric_refs = PySequence_Fast_GET_SIZE(s_metric_refs);
+    metric_refs = calloc(nmetric_refs ? nmetric_refs : 1, sizeof(uint32_t));
+    if (locs == NULL || comm_refs == NULL || metric_refs == NULL) {
         PyErr_NoMemory();
         goto fail;
     }
     for (Py_ssize_t i = 0; i < ncomm_refs; i++) {
         comm_refs[i] = (uint32_t)PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(s_comm_refs, i));
+        if (PyErr_Occurred())
+            goto fail;
+    }
+    for (Py_ssize_t i = 0; i < nmetric_refs; i++) {
+        metric_refs[i] = (uint32_t)PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(s_metric_refs, i));
         if (PyErr_Occurred())
             goto fail;
     }
@@ -255,7 +281,7 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
     CHECK(OTF2_Archive_OpenDefFiles(archive), "cannot open the definition files");
     CHECK(OTF2_Archive_OpenEvtFiles(archive), "cannot open the event files");
 
-    EventContext ctx = {comm_refs, ncomm_refs, op_map.buf, {0}};
+    EventContext ctx = {comm_refs, ncomm_refs, op_map.buf, metric_refs, nmetric_refs, {0}};
     int failed = 0;
     Py_BEGIN_ALLOW_THREADS
     for (Py_ssize_t i = 0; i < nloc && !failed; i++) {
@@ -372,6 +398,60 @@ PyObject *native_write_archive(PyObject *self, PyObject *args) {
         free(ids);
         CHECK(rc, "group");
     }
+    /* metric members, then classes and instances (in reference order), as the otf2 package */
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(s_members); i++) {
+        unsigned int nm, descr, unit;
+        unsigned char mtype, mode, vtype, base;
+        long long exponent;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(s_members, i), "IIBBBBLI", &nm, &descr,
+                              &mtype, &mode, &vtype, &base, &exponent, &unit))
+            goto fail;
+        STRINGS(nm, descr, unit);
+        CHECK(OTF2_GlobalDefWriter_WriteMetricMember(g, (uint32_t)i, nm, descr, mtype, mode, vtype,
+                                                     base, (int64_t)exponent, unit),
+              "metric member");
+    }
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(s_metrics); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(s_metrics, i);
+        PyObject *first = PySequence_GetItem(item, 0); /* 0: a class, 1: an instance */
+        unsigned int kind = first ? (unsigned int)PyLong_AsUnsignedLong(first) : 0;
+        Py_XDECREF(first);
+        if (PyErr_Occurred())
+            goto fail;
+        if (kind == 0) {
+            PyObject *mlist;
+            unsigned char occurrence;
+            unsigned int recorder_kind;
+            if (!PyArg_ParseTuple(item, "IObI", &kind, &mlist, &occurrence, &recorder_kind))
+                goto fail;
+            PyObject *m = PySequence_Fast(mlist, "metric class members");
+            if (m == NULL)
+                goto fail;
+            Py_ssize_t n = PySequence_Fast_GET_SIZE(m);
+            uint32_t *refs = calloc(n ? n : 1, sizeof(uint32_t));
+            for (Py_ssize_t k = 0; refs && k < n; k++)
+                refs[k] = (uint32_t)PyLong_AsUnsignedLong(PySequence_Fast_GET_ITEM(m, k));
+            Py_DECREF(m);
+            if (refs == NULL || PyErr_Occurred()) {
+                free(refs);
+                if (!PyErr_Occurred())
+                    PyErr_NoMemory();
+                goto fail;
+            }
+            OTF2_ErrorCode rc = OTF2_GlobalDefWriter_WriteMetricClass(
+                g, (uint32_t)i, (uint8_t)n, refs, occurrence, (OTF2_RecorderKind)recorder_kind);
+            free(refs);
+            CHECK(rc, "metric class");
+        } else {
+            unsigned int cls, scope_type;
+            unsigned long long recorder, scope;
+            if (!PyArg_ParseTuple(item, "IIKIK", &kind, &cls, &recorder, &scope_type, &scope))
+                goto fail;
+            CHECK(OTF2_GlobalDefWriter_WriteMetricInstance(g, (uint32_t)i, cls, recorder,
+                                                           (OTF2_MetricScope)scope_type, scope),
+                  "metric instance");
+        }
+    }
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(s_comms); i++) {
         unsigned int nm, group, parent, flags;
         if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(s_comms, i), "IIII", &nm, &group, &parent,
@@ -398,6 +478,7 @@ fail:
     }
     free(locs);
     free(comm_refs);
+    free(metric_refs);
     if (op_map.obj)
         PyBuffer_Release(&op_map);
     Py_XDECREF(s_strings);
@@ -409,5 +490,8 @@ fail:
     Py_XDECREF(s_groups);
     Py_XDECREF(s_comms);
     Py_XDECREF(s_comm_refs);
+    Py_XDECREF(s_members);
+    Py_XDECREF(s_metrics);
+    Py_XDECREF(s_metric_refs);
     return result;
 }

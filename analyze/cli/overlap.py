@@ -1,0 +1,43 @@
+"""``analyze overlap RUN``: how much communication the main thread's compute hid."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from analyze.cli.common import display
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """RUN and the build options every per-run verb shares with ``analyze phases``."""
+    p.add_argument("run", type=Path, metavar="RUN", help="run directory, Score-P experiment or .otf2 file")
+    p.add_argument("--force", action="store_true", help="rebuild the database even if it is current")
+    p.add_argument("--step-region", metavar="NAME",
+                   help="region that delimits steps when the trace has no step markers")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "overlap", help="communication hidden under compute and exposed, per rank and kind",
+        description="Per rank and kind of communication (each collective op, p2p, all): mean time "
+        "per step with communication in flight on any lane, the part hidden under compute, the "
+        "exposed part, and the overlap ratio over the run (the overlap table, per step, is in "
+        "RUN/trace.duckdb).")
+    add_run_arguments(p)
+    p.set_defaults(command=run)
+
+
+def run(ns: argparse.Namespace) -> int:
+    import duckdb
+
+    from analyze.tables import database
+    from analyze.tables.causes import views
+
+    paths = database.build(ns.run, force=ns.force, step_region=ns.step_region, causes=True)
+    with duckdb.connect(str(paths.db), read_only=True) as con:
+        table = views.overlap_summary(con)
+    print(table.to_string(index=False, na_rep="-"))
+    print("ms per step (mean over steps); comm: wall time with communication in flight; busy: summed "
+          "over lanes; overlap = hidden / comm")
+    print(f"database: {display(paths.db)}")
+    return 0

@@ -1,0 +1,306 @@
+"""A run's tables as Chrome trace JSON: one file to look at, or one Kineto-style file per rank.
+
+Two layouts:
+
+- **merged** (``FILE.json`` or ``FILE.json.gz``, for Perfetto's UI and chrome://tracing): one
+  process per rank (``pid`` = rank), one track per location (main thread, other threads,
+  communication lanes, imported timelines, accelerator streams: ``tid`` = its index in the
+  rank, named by ``thread_name`` metadata), a ``steps`` track with one slice per step whose
+  args hold the step's phases (and device phases), collectives with their operation, bytes,
+  communicator, sequence number, wait and transfer in ``args.dltrace``, launch correlations as
+  flow arrows, and metric samples as counters where the run has a ``metrics`` table.
+- **per rank** (a directory): ``rank-<r>.pt.trace.json.gz`` per rank in Kineto's own layout,
+  for Holistic Trace Analysis and anything that reads torch.profiler output. An imported
+  Kineto trace comes back as it was read: the same header, tracks (pid, tid), names,
+  categories, args, times to the nanosecond and every non-slice event, so importing the export
+  gives identical tables. Other traces get Kineto-like events: accelerator streams as
+  ``kernel`` / ``gpu_memcpy`` events with ``args.stream``, collectives on streams with
+  ``Collective name``, ``In msg nelems`` (bytes, ``dtype`` Byte) and their process group.
+
+Times: ``ts`` in microseconds relative to ``baseTimeNanoseconds`` (written exactly: whole
+microseconds as integers, else floats that read back to the same nanosecond).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from analyze.errors import AnalyzeError
+from analyze.schema import Category
+from analyze.tables.device_phases import ACCELERATOR_PARADIGMS
+from traceio import chrome
+from traceio.chrome import Slice
+
+STREAM_NAME = re.compile(r"GPU (-?\d+) stream (-?\d+)")
+CPU_PID_BASE = 1_000_000  # pid of a rank's CPU threads in per-rank files of non-Kineto traces
+USER_CATEGORIES = {Category.STEP, Category.TAIL, Category.FORWARD, Category.BACKWARD, Category.OPTIMIZER,
+                   Category.DATALOADER, Category.USER, Category.WAIT, Category.COLLECTIVE, Category.P2P}
+
+
+def is_merged(out: Path) -> bool:
+    """A ``.json`` / ``.json.gz`` path is one merged file; anything else a directory of per-rank files."""
+    return chrome.is_trace_file(Path(out))
+
+
+def export(con: duckdb.DuckDBPyConnection, out: Path) -> list[Path]:
+    """Write the run behind ``con`` to ``out`` (see the module docstring); the files written."""
+    out = Path(out)
+    if is_merged(out):
+        out.parent.mkdir(parents=True, exist_ok=True)
+        header, events = merged(con)
+        return [chrome.dump(out, header, events)]
+    if out.exists() and not out.is_dir():
+        raise AnalyzeError(f"{out} exists and is not a directory; name a .json.gz file for one merged "
+                           "file, or a directory for one file per rank")
+    out.mkdir(parents=True, exist_ok=True)
+    return [chrome.dump(out / f"rank-{rank}.pt.trace.json.gz", header, events)
+            for rank, header, events in per_rank(con)]
+
+
+# -- what the tables hold --------------------------------------------------------------
+def _origin(con: duckdb.DuckDBPyConnection) -> int:
+    """Epoch ns of time 0 in the tables (0 when the trace has no wall-clock time)."""
+    reader, offset, realtime = con.execute(
+        "SELECT reader, global_offset, epoch_us(start_realtime) FROM runs").fetchone()  # type: ignore[misc]
+    if reader == "kineto":
+        return int(offset)
+    return int(realtime) * 1000 if realtime is not None else 0
+
+
+def _locations(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    return con.execute("""
+        SELECT l.location_id, l.rank, l.thread, l.name, l.kind, t.pid, t.tid
+        FROM locations l LEFT JOIN chrome_tracks t USING (location_id) ORDER BY l.rank, l.thread
+    """).df().to_dict("records")
+
+
+def _intervals(con: duckdb.DuckDBPyConnection, rank: int) -> Iterator[dict[str, Any]]:
+    """The rank's intervals in (location, idx) order, with what an event needs."""
+    cur = con.execute("""
+        WITH c AS (
+            SELECT c.location_id, c.interval_idx, any_value(c.op) AS op, any_value(c.bytes) AS bytes,
+                   any_value(c.bytes_sent) AS bytes_sent, any_value(c.bytes_recv) AS bytes_recv,
+                   any_value(m.name) AS comm, any_value(m.members) AS members, any_value(c.seq) AS seq,
+                   any_value(c.wait_ns) AS wait_ns, any_value(c.transfer_ns) AS transfer_ns,
+                   any_value(c.ranks_matched) AS ranks_matched
+            FROM collectives c LEFT JOIN communicators m USING (comm_id)
+            WHERE c.rank = $r GROUP BY c.location_id, c.interval_idx)
+        SELECT i.location_id, i.idx, i.start_ns, i.end_ns, r.name, r.category, r.paradigm, r.role,
+               e.cat, e.args, e.extra,
+               c.op, c.bytes, c.bytes_sent, c.bytes_recv, c.comm, c.members, c.seq, c.wait_ns,
+               c.transfer_ns, c.ranks_matched, k.correlation
+        FROM intervals i JOIN regions r USING (region_id)
+        LEFT JOIN chrome_events e ON e.location_id = i.location_id AND e.idx = i.idx
+        LEFT JOIN c ON c.location_id = i.location_id AND c.interval_idx = i.idx
+        LEFT JOIN correlations k ON k.location_id = i.location_id AND k.idx = i.idx
+        WHERE i.rank = $r ORDER BY i.location_id, i.idx
+    """, {"r": rank})
+    names = [d[0] for d in cur.description]
+    while rows := cur.fetchmany(50_000):
+        for row in rows:
+            yield dict(zip(names, row, strict=True))
+
+
+def _cat(row: dict[str, Any], kind: str) -> str:
+    if row["cat"] is not None or row["args"] is not None:
+        return row["cat"]  # type: ignore[no-any-return]
+    category = row["category"]
+    if kind == "accelerator_stream":
+        if category in (Category.KERNEL, Category.COLLECTIVE) or row["op"] is not None or (
+                row["paradigm"] in ACCELERATOR_PARADIGMS and row["role"] in ("function", "kernel")):
+            return "kernel"  # (Score-P writes CUDA kernels as functions of paradigm cuda)
+        if category == Category.MEMORY:
+            return "gpu_memset" if str(row["name"]).startswith("Memset") else "gpu_memcpy"
+        return "gpu_user_annotation"
+    if category == Category.OVERHEAD:
+        return "overhead"
+    return "user_annotation" if category in USER_CATEGORIES else "cpu_op"
+
+
+def _dltrace_args(row: dict[str, Any]) -> dict[str, Any] | None:
+    """What we know of a collective, for args.dltrace."""
+    if row["seq"] is None:
+        return None
+    keys = ("op", "bytes", "bytes_sent", "bytes_recv", "comm", "seq", "wait_ns", "transfer_ns", "ranks_matched")
+    return {k: (int(row[k]) if isinstance(row[k], int | float) and k != "op" else row[k]) for k in keys}
+
+
+def _step_args(con: duckdb.DuckDBPyConnection) -> dict[tuple[int, int], dict[str, Any]]:
+    out: dict[tuple[int, int], dict[str, Any]] = defaultdict(dict)
+    for rank, step, phase, ns in con.execute("SELECT rank, step, phase, duration_ns FROM phases").fetchall():
+        out[(rank, step)].setdefault("phases_ns", {})[phase] = int(ns)
+    for rank, step, phase, ns in con.execute("""
+            SELECT rank, step, phase, sum(duration_ns) FROM device_phases GROUP BY ALL""").fetchall():
+        out[(rank, step)].setdefault("device_phases_ns", {})[phase] = int(ns)
+    return out
+
+
+def _metrics(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str, int, float]]:
+    """(rank, metric, time_ns, value) from a ``metrics`` table, if the run has one with such columns."""
+    cols = {c for (c,) in con.execute(
+        "SELECT column_name FROM information_schema.columns WHERE table_name = 'metrics'").fetchall()}
+    time = next((c for c in ("time_ns", "start_ns", "t_ns") if c in cols), None)
+    name = next((c for c in ("metric", "name", "metric_name") if c in cols), None)
+    if not cols or time is None or name is None or "value" not in cols or "rank" not in cols:
+        return []
+    return [(int(r), str(m), int(t), float(v)) for r, m, t, v in con.execute(
+        f"SELECT rank, {name}, {time}, value FROM metrics WHERE value IS NOT NULL ORDER BY rank, {time}").fetchall()]
+
+
+# -- merged: one file, one process per rank --------------------------------------------
+def merged(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(header, events) of the merged file."""
+    origin = _origin(con)
+    base = origin - origin % 1000
+    run_name, ranks_n = con.execute("SELECT run_name, ranks FROM runs").fetchone()  # type: ignore[misc]
+    events: list[dict[str, Any]] = []
+    locations = _locations(con)
+    tid_of = {loc["location_id"]: (loc["rank"], int(loc["thread"])) for loc in locations}
+    steps_tid: dict[int, int] = {}
+    for loc in locations:
+        rank = int(loc["rank"])
+        if rank not in steps_tid:
+            events += [_meta("process_name", rank, 0, name=f"rank {rank}"),
+                       _meta("process_sort_index", rank, 0, sort_index=rank)]
+        steps_tid[rank] = max(steps_tid.get(rank, 0), int(loc["thread"]) + 1)
+        events += [_meta("thread_name", rank, int(loc["thread"]), name=str(loc["name"])),
+                   _meta("thread_sort_index", rank, int(loc["thread"]), sort_index=int(loc["thread"]))]
+    kinds = {loc["location_id"]: loc["kind"] for loc in locations}
+    for rank in sorted(steps_tid):
+        for row in _intervals(con, rank):
+            args = json.loads(row["args"]) if row["args"] is not None else None
+            extra = _dltrace_args(row)
+            if extra is not None:
+                args = {**(args or {}), "dltrace": extra}
+            s = Slice(rank, tid_of[row["location_id"]][1], str(row["name"]), _cat(row, kinds[row["location_id"]]),
+                      origin + int(row["start_ns"]), origin + int(row["end_ns"]), args)
+            events.append(chrome.slice_event(s, base))
+    step_args = _step_args(con)
+    for rank, tid in steps_tid.items():
+        events += [_meta("thread_name", rank, tid, name="steps"), _meta("thread_sort_index", rank, tid, sort_index=-1)]
+    for rank, step, start, end, source in con.execute(
+            "SELECT rank, step, start_ns, end_ns, source FROM steps ORDER BY rank, step").fetchall():
+        if rank in steps_tid:
+            args = {"source": source, **step_args.get((rank, step), {})}
+            events.append(chrome.slice_event(Slice(rank, steps_tid[rank], f"step {step}", "dltrace.step",
+                                                   origin + start, origin + end, args), base))
+    for n, (rank, lloc, lstart, dloc, dstart) in enumerate(con.execute("""
+            SELECT rank, launch_location_id, launch_start_ns, location_id, start_ns FROM correlations
+            ORDER BY rank, start_ns""").fetchall()):
+        events.append({"ph": "s", "id": n, "cat": "ac2g", "name": "ac2g", "pid": rank, "tid": tid_of[lloc][1],
+                       "ts": chrome.us(origin + lstart - base)})
+        events.append({"ph": "f", "id": n, "cat": "ac2g", "name": "ac2g", "bp": "e", "pid": rank,
+                       "tid": tid_of[dloc][1], "ts": chrome.us(origin + dstart - base)})
+    for rank, metric, t, value in _metrics(con):
+        events.append({"ph": "C", "name": metric, "pid": rank, "ts": chrome.us(origin + t - base),
+                       "args": {metric: value}})
+    header = {"displayTimeUnit": "ms", "baseTimeNanoseconds": base,
+              "otherData": {"exported_by": "dltrace analyze export", "run": run_name, "ranks": ranks_n}}
+    return header, events
+
+
+def _meta(event: str, pid: Any, tid: Any, **args: Any) -> dict[str, Any]:
+    return {"name": event, "ph": "M", "pid": pid, "tid": tid, "args": args}
+
+
+# -- per rank: Kineto's layout ---------------------------------------------------------
+def per_rank(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[int, dict[str, Any], list[dict[str, Any]]]]:
+    """(rank, header, events) per rank, in Kineto's layout (see the module docstring)."""
+    origin = _origin(con)
+    files = {int(r): (int(b), json.loads(h), json.loads(o)) for r, b, h, o in con.execute(
+        "SELECT rank, base_time_ns, header, other_events FROM chrome_files").fetchall()}
+    world = con.execute("SELECT ranks FROM runs").fetchone()[0]  # type: ignore[index]
+    locations = _locations(con)
+    by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for loc in locations:
+        by_rank[int(loc["rank"])].append(loc)
+    for rank, locs in sorted(by_rank.items()):
+        track = {loc["location_id"]: _track(loc) for loc in locs}
+        kinds = {loc["location_id"]: loc["kind"] for loc in locs}
+        if rank in files:
+            base, header, events = files[rank]
+        else:
+            base = origin - origin % 1000
+            header = {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": world},
+                      "displayTimeUnit": "ms", "baseTimeNanoseconds": base}
+            events = _synthesized_meta(rank, locs, track)
+            events += _flows(con, rank, track, origin, base)
+        events = list(events)
+        for row in _intervals(con, rank):
+            loc = row["location_id"]
+            pid, tid = track[loc]
+            if row["args"] is not None or row["cat"] is not None:
+                args = json.loads(row["args"]) if row["args"] is not None else None
+                extra = json.loads(row["extra"]) if row["extra"] is not None else None
+            else:
+                args, extra = _kineto_args(row, kinds[loc], pid, tid), None
+            s = Slice(pid, tid, str(row["name"]), _cat(row, kinds[loc]), origin + int(row["start_ns"]),
+                      origin + int(row["end_ns"]), args, extra)
+            events.append(chrome.slice_event(s, base))
+        yield rank, header, events
+
+
+def _track(loc: dict[str, Any]) -> tuple[Any, Any]:
+    if loc["pid"] is not None:
+        return json.loads(loc["pid"]), json.loads(loc["tid"])
+    m = STREAM_NAME.fullmatch(str(loc["name"]))
+    if loc["kind"] == "accelerator_stream" and m:
+        return int(m.group(1)), int(m.group(2))
+    return CPU_PID_BASE + int(loc["rank"]), int(loc["thread"])
+
+
+def _synthesized_meta(rank: int, locs: list[dict[str, Any]], track: dict[int, tuple[Any, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    pids: set[Any] = set()
+    for loc in locs:
+        pid, tid = track[loc["location_id"]]
+        if pid not in pids:
+            pids.add(pid)
+            gpu = loc["kind"] == "accelerator_stream"
+            out += [_meta("process_name", pid, 0, name=f"rank {rank}"),
+                    _meta("process_labels", pid, 0, labels=f"GPU {pid}" if gpu else "CPU")]
+        out.append(_meta("thread_name", pid, tid, name=str(loc["name"])))
+    return out
+
+
+def _flows(con: duckdb.DuckDBPyConnection, rank: int, track: dict[int, tuple[Any, Any]], origin: int,
+           base: int) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for cid, lloc, lstart, dloc, dstart in con.execute("""
+            SELECT correlation, launch_location_id, launch_start_ns, location_id, start_ns
+            FROM correlations WHERE rank = $r ORDER BY start_ns""", {"r": rank}).fetchall():
+        for ph, loc, t in (("s", lloc, lstart), ("f", dloc, dstart)):
+            pid, tid = track[loc]
+            e = {"ph": ph, "id": cid, "pid": pid, "tid": tid, "ts": chrome.us(origin + t - base),
+                 "cat": "ac2g", "name": "ac2g"}
+            if ph == "f":
+                e["bp"] = "e"
+            out.append(e)
+    return out
+
+
+def _kineto_args(row: dict[str, Any], kind: str, pid: Any, tid: Any) -> dict[str, Any] | None:
+    """Args a Kineto reader (ours, HTA) needs on a device event of a non-Kineto trace."""
+    if kind != "accelerator_stream":
+        return None
+    args: dict[str, Any] = {"device": pid, "stream": tid}
+    if row["correlation"] is not None:
+        args["correlation"] = int(row["correlation"])
+    if row["seq"] is not None:  # a collective: its bytes as Byte elements, so they read back
+        args["Collective name"] = row["op"]
+        if row["bytes_sent"] is not None:
+            args.update({"In msg nelems": int(row["bytes_sent"]), "dtype": "Byte"})
+        if row["bytes_recv"] is not None:
+            args["Out msg nelems"] = int(row["bytes_recv"])
+        if row["comm"] is not None:
+            members = [int(m) for m in row["members"] or []]
+            args.update({"Group size": len(members), "Process Group Name": row["comm"],
+                         "Process Group Ranks": str(members)})
+    return args

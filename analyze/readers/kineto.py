@@ -1,0 +1,290 @@
+"""Read a directory of per-rank Kineto (torch.profiler) or other Chrome trace JSON files into the
+same definitions and column chunks the OTF2 readers give, so everything downstream works alike.
+
+One file is one rank (``torch.profiler.tensorboard_trace_handler`` writes
+``<host>_<pid>.<time>.pt.trace.json[.gz]`` per rank; any ``*.json[.gz]`` holding
+``traceEvents`` counts). The rank is ``distributedInfo.rank`` when every file has a distinct
+one, else the files' order by name (natural order: rank-2 before rank-10), and the build says
+so. How the events become rows (the rules are in :mod:`traceio.kineto`):
+
+- locations: each rank's main thread (index 0), its other CPU threads, timelines (Kineto's
+  own spans) and accelerator streams (``GPU <pid> stream <tid>``), in that order;
+- intervals: every slice, nested per track (a slice that only partly overlaps the one before
+  it is its sibling, not its child; counted in build_info as ``chrome_partial_overlaps``);
+- collectives: every NCCL/RCCL kernel, with its operation (NULL when neither the args nor the
+  kernel name say), bytes (NULL without ``In/Out msg nelems`` and a known ``dtype``) and its
+  process group as the communicator (a group of all ranks when the kernel names none), so
+  they match across ranks by communicator and sequence like any other collective;
+- extra tables: ``chrome_events`` (cat, args), ``chrome_tracks`` (pid, tid),
+  ``chrome_files`` (header and every non-slice event, verbatim) and ``correlations``.
+
+Times: ``baseTimeNanoseconds + ts`` in ns (epoch time in Kineto's files), from the earliest
+slice of any rank. Nothing is dropped silently: what was not a slice is kept in
+``chrome_files.other_events`` and counted in build_info.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from otf2.enums import CollectiveOp
+
+from analyze.readers.columns import (
+    COLLECTIVE_COLUMNS,
+    INTERVAL_COLUMNS,
+    MESSAGE_COLUMNS,
+    Chunk,
+    CommDef,
+    Definitions,
+    LocationDef,
+    ReadStats,
+    RegionDef,
+)
+from traceio import chrome, kineto
+from traceio.chrome import ChromeTrace, ChromeTraceError
+
+PEEK_BYTES = 1 << 20
+NO_VALUE = -1  # bytes or root unknown, in the raw collective columns (NULL in the tables)
+DEFAULT_GROUP = "default (all ranks)"
+
+
+# the extra tables' columns (analyze/schema.py), in their order; text columns as objects
+EVENT_COLUMNS = {"location_id": np.int64, "idx": np.int64, "cat": object, "args": object, "extra": object}
+TRACK_COLUMNS = {"location_id": np.int64, "rank": np.int32, "pid": object, "tid": object}
+FILE_COLUMNS = {"rank": np.int32, "path": object, "base_time_ns": np.int64, "header": object,
+                "other_events": object}
+CORRELATION_COLUMNS = {
+    "rank": np.int32, "correlation": np.int64, "launch_location_id": np.int64, "launch_idx": np.int64,
+    "launch_start_ns": np.int64, "launch_end_ns": np.int64, "location_id": np.int64, "idx": np.int64,
+    "start_ns": np.int64, "end_ns": np.int64, "source": object}
+
+
+class KinetoError(Exception):
+    """The directory holds no usable trace files, or they contradict each other."""
+
+
+def _natural(path: Path) -> list[Any]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path.name)]
+
+
+def _holds_trace_events(path: Path) -> bool:
+    """Whether the start of ``path`` mentions traceEvents (a Chrome trace, not run.json)."""
+    try:
+        if path.name.endswith(".gz"):
+            import gzip
+
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(PEEK_BYTES)
+        else:
+            with path.open("rb") as fh:
+                head = fh.read(PEEK_BYTES)
+    except (OSError, EOFError):
+        return False
+    return b'"traceEvents"' in head or head.lstrip()[:1] == b"["
+
+
+def trace_files(path: Path) -> list[Path]:
+    """The Chrome trace files of directory ``path`` (or ``[path]`` for one file), by name."""
+    path = Path(path)
+    if path.is_file():
+        return [path] if chrome.is_trace_file(path) else []
+    if not path.is_dir():
+        return []
+    found = [p for p in path.iterdir() if p.is_file() and chrome.is_trace_file(p)
+             and (p.name.endswith((".pt.trace.json", ".pt.trace.json.gz")) or _holds_trace_events(p))]
+    return sorted(found, key=_natural)
+
+
+def _ranks(heads: list[tuple[Path, dict[str, Any]]]) -> tuple[list[int], str]:
+    given = [(h.get("distributedInfo") or {}).get("rank") for _, h in heads]
+    ranks = [r for r in given if isinstance(r, int) and not isinstance(r, bool)]
+    if len(ranks) == len(heads):
+        seen: dict[int, Path] = {}
+        for r, (path, _) in zip(ranks, heads, strict=True):
+            if r in seen:
+                raise KinetoError(f"{seen[r].name} and {path.name} both say they are rank {r} "
+                                  "(distributedInfo.rank); keep one file per rank in the directory")
+            seen[r] = path
+        return ranks, "distributedInfo.rank"
+    return list(range(len(heads))), "file order (not every file has a distinct distributedInfo.rank)"
+
+
+def read(path: Path, chunk_rows: int = 500_000) -> tuple[Definitions, Iterator[Chunk]]:
+    """Read the trace files of ``path`` (a directory or one file); definitions and chunks.
+
+    Two passes, one file in memory at a time: the first finds each file's rank and time span
+    (the tables count from the earliest event of any rank), the second reads each file again
+    into its rank's chunk, adding its locations, regions and communicators to the definitions
+    on the way (they are complete once the chunks are consumed, as for the OTF2 readers).
+    Raises :class:`KinetoError` or :class:`traceio.chrome.ChromeTraceError` for unusable input.
+    """
+    files = trace_files(path)
+    if not files:
+        raise KinetoError(f"{path} holds no Chrome trace JSON files (*.json or *.json.gz with traceEvents)")
+    heads: list[tuple[Path, dict[str, Any]]] = []
+    starts, ends = [], []
+    for f in files:
+        t = chrome.load(f)
+        heads.append((f, t.header))
+        if t.slices:
+            starts.append(min(s.start_ns for s in t.slices))
+            ends.append(max(s.end_ns for s in t.slices))
+    ranks, rank_source = _ranks(heads)
+    if not starts:
+        raise KinetoError(f"the trace files in {path} hold no timed events")
+    offset = min(starts)
+    epoch = offset > 10**18  # after 2001-09-09: the times are epoch (Kineto: base + ts)
+    defs = Definitions(anchor=Path(path), creator=_creator(heads[0][1]), resolution=1_000_000_000,
+                       global_offset=offset, length_ticks=max(ends) - offset,
+                       realtime_ns=offset if epoch else None)
+    defs.notes["ranks_from"] = rank_source
+    worlds = {(h.get("distributedInfo") or {}).get("world_size") for _, h in heads}
+    world = worlds.pop() if len(worlds) == 1 else None
+    default = list(range(world)) if isinstance(world, int) and world >= max(ranks) + 1 else sorted(ranks)
+    return defs, _chunks(files, ranks, default, defs)
+
+
+def _creator(header: dict[str, Any]) -> str:
+    version = header.get("schemaVersion")
+    return "PyTorch profiler (Kineto)" + (f", schema {version}" if version is not None else "") \
+        if "schemaVersion" in header or "distributedInfo" in header else "Chrome trace JSON"
+
+
+class _Rank:
+    """One rank's tracks and where each slice went."""
+
+    def __init__(self, tracks: list[kineto.Track], location_ids: list[int]):
+        self.tracks = tracks
+        self.location_ids = location_ids
+        self.where: dict[int, tuple[int, int]] = {}  # slice -> (location_id, idx)
+        for t, loc in zip(tracks, location_ids, strict=True):
+            for pos, i in enumerate(t.slices):
+                self.where[i] = (loc, pos)
+
+
+def _layout(t: ChromeTrace, rank: int, defs: Definitions, counts: Counter[str]) -> _Rank:
+    tracks, overlaps = kineto.tracks(t)
+    ids = [(index << 32) | rank for index in range(len(tracks))]
+    for index, (track, loc) in enumerate(zip(tracks, ids, strict=True)):
+        defs.locations.append(LocationDef(
+            location_id=loc, rank=rank, thread=index, name=track.name, kind=track.kind,
+            is_main=index == 0 and track.kind == kineto.CPU_THREAD, events=len(track.slices)))
+    counts["chrome_partial_overlaps"] += overlaps
+    return _Rank(tracks, ids)
+
+
+def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Definitions) -> Iterator[Chunk]:
+    regions: dict[tuple[str, str], int] = {}
+    comms: dict[tuple[str, tuple[int, ...]], int] = {}
+    stats = ReadStats()
+    counts: Counter[str] = Counter()
+    off = defs.global_offset
+    for n, (f, rank) in enumerate(zip(files, ranks, strict=True)):
+        t = chrome.load(f)
+        lay = _layout(t, rank, defs, counts)
+        info = t.header.get("distributedInfo") or {}
+        iv: list[tuple] = []
+        coll: list[tuple] = []
+        ev: list[tuple] = []
+        for track, loc in zip(lay.tracks, lay.location_ids, strict=True):
+            device = track.kind == kineto.ACCELERATOR_STREAM
+            exclusive = _exclusive(t, track)
+            for pos, i in enumerate(track.slices):
+                s = t.slices[i]
+                is_coll = device and kineto.is_collective_kernel(s)
+                op = kineto.collective_op(s) if is_coll else None
+                key = (s.name, kineto.role(s, op))
+                rid = regions.get(key)
+                if rid is None:
+                    rid = regions[key] = len(defs.regions)
+                    defs.regions.append(RegionDef(rid, s.name, s.name, "user", key[1], None, None))
+                iv.append((loc, rank, pos, track.parent[pos], track.depth[pos], rid,
+                           s.start_ns - off, s.end_ns - off, s.truncated, exclusive[pos]))
+                ev.append((loc, pos, s.cat, _json(s.args), _json(s.extra)))
+                if is_coll:
+                    group = kineto.process_group(s.args, info)
+                    if group is None:
+                        counts["collective_kernels_in_default_group"] += 1
+                        group = (DEFAULT_GROUP, default)
+                    gkey = (group[0], tuple(group[1]))
+                    if gkey not in comms:
+                        comms[gkey] = len(defs.comms)
+                        defs.comms.append(CommDef(comm_id=comms[gkey], name=gkey[0], members=list(gkey[1])))
+                    coll.append(_collective(s, op, loc, rank, pos, comms[gkey], off, counts) + (
+                        rid, s.start_ns - off, s.end_ns - off))  # the kernel is its own instance
+        device_slices = [i for tr in lay.tracks if tr.kind == kineto.ACCELERATOR_STREAM for i in tr.slices]
+        cpu = [i for tr in lay.tracks if tr.kind != kineto.ACCELERATOR_STREAM for i in tr.slices]
+        pairs, missing = kineto.correlations(t, device_slices, cpu)
+        counts["device_slices_without_launch"] += missing
+        corr = []
+        for launch, dev, cid, how in pairs:
+            (lloc, lidx), (dloc, didx) = lay.where[launch], lay.where[dev]
+            ls, ds = t.slices[launch], t.slices[dev]
+            corr.append((rank, cid, lloc, lidx, ls.start_ns - off, ls.end_ns - off, dloc, didx,
+                         ds.start_ns - off, ds.end_ns - off, how))
+        counts.update({f"chrome_{k}": v for k, v in t.stats.items()})
+        counts["chrome_other_events"] += len(t.other)
+        stats.events += t.events
+        stats.truncated += sum(s.truncated for s in t.slices)
+        tables = {
+            "chrome_events": _rows(EVENT_COLUMNS, ev),
+            "chrome_tracks": _rows(TRACK_COLUMNS, [
+                (loc, rank, json.dumps(tr.pid), json.dumps(tr.tid))
+                for tr, loc in zip(lay.tracks, lay.location_ids, strict=True)]),
+            "chrome_files": _rows(FILE_COLUMNS, [
+                (rank, str(t.path), t.base_ns, json.dumps(t.header), json.dumps(t.other))]),
+            "correlations": _rows(CORRELATION_COLUMNS, corr),
+        }
+        last = n == len(files) - 1
+        if last:
+            for k, v in sorted(counts.items()):
+                if v:
+                    defs.notes[k] = str(v)
+        yield Chunk(_rows(INTERVAL_COLUMNS, iv), _rows(COLLECTIVE_COLUMNS, coll), _rows(MESSAGE_COLUMNS, []),
+                    t.events, stats if last else None, tables=tables)
+
+
+def _exclusive(t: ChromeTrace, track: kineto.Track) -> list[int]:
+    """Per slice of ``track``: its duration minus its direct children's (the readers'
+    exclusive time, analyze/readers/columns.py)."""
+    duration = [t.slices[i].end_ns - t.slices[i].start_ns for i in track.slices]
+    out = list(duration)
+    for pos, parent in enumerate(track.parent):
+        if parent >= 0:
+            out[parent] -= duration[pos]
+    return out
+
+
+def _collective(s: chrome.Slice, op: str | None, loc: int, rank: int, pos: int, comm: int, off: int,
+                counts: Counter[str]) -> tuple:
+    sent, recv = kineto.payload(s.args)
+    if sent is None:
+        counts["collective_kernels_without_bytes"] += 1
+        dtype = (s.args or {}).get("dtype")
+        if dtype is not None and dtype not in kineto.DTYPE_BYTES:
+            counts[f"unknown_dtype:{dtype}"] += 1
+    if op is None:
+        counts["collective_kernels_without_op"] += 1
+    code = getattr(CollectiveOp, op.upper()).value if op else NO_VALUE
+    return (loc, rank, pos, s.start_ns - off, s.end_ns - off, code, comm,
+            NO_VALUE, NO_VALUE if sent is None else sent, NO_VALUE if recv is None else recv)
+
+
+def _json(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+def _rows(spec: dict[str, Any], rows: list[tuple]) -> dict[str, np.ndarray]:
+    cols = list(zip(*rows, strict=True)) if rows else [() for _ in spec]
+    return {name: np.array(col, dtype=dt) for (name, dt), col in zip(spec.items(), cols, strict=True)}
+
+
+
+
+__all__ = ["ChromeTraceError", "KinetoError", "read", "trace_files"]

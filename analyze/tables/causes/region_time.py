@@ -1,0 +1,93 @@
+"""How long a rank spent in each region between two instants (exclusive time), in SQL.
+
+For a query [b, e) on a rank, inside one of its steps, over the main thread's region
+instances that start in that step and overlap the query: an instance inside the query adds
+its exclusive time (``intervals.exclusive_ns``: its children are inside too); one crossing an
+end of the query (only those open at b or e) adds its overlap minus its children's overlaps.
+Nested regions so count once, as the innermost, and the work per query is that of one step.
+A step region nested in others (``--step-region``) has its ancestors outside the step, which
+hold no time inside it. Time inside no instance is :data:`NO_REGION`. All the queries of a run
+go in one statement.
+"""
+
+from __future__ import annotations
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+NO_REGION = -1  # time on the main thread inside no region
+NO_REGION_NAME = "(no region)"
+
+
+def bucket_ns(con: duckdb.DuckDBPyConnection) -> int:
+    """Width of the time buckets steps are found by: about a median step, and never so
+    narrow that a step spans more than about 10^5 of them."""
+    ((median, span),) = con.execute(
+        "SELECT median(duration_ns), max(end_ns) - min(start_ns) FROM steps").fetchall()
+    return max(1, int(median or 0), int(span or 0) // 100_000)
+
+
+def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndarray, b: np.ndarray,
+                 e: np.ndarray) -> pd.DataFrame:
+    """Exclusive time per region in [b[q], e[q]) on rank[q], inside its step step[q]
+    (-1: outside every step, all of it in no region): columns q, region (region_id or
+    :data:`NO_REGION`), ns. Each query's rows sum to e - b."""
+    n = len(b)
+    b = np.asarray(b, np.int64)
+    e = np.maximum(np.asarray(e, np.int64), b)
+    if n == 0:
+        return pd.DataFrame({"q": np.zeros(0, np.int64), "region": np.zeros(0, np.int64),
+                             "ns": np.zeros(0, np.int64)})
+    queries = pd.DataFrame({"q": np.arange(n), "rank": np.asarray(rank, np.int64),
+                            "step": np.asarray(step, np.int64), "b": b, "e": e})
+    con.register("region_time_queries", queries)
+    try:
+        got = con.execute("""
+            WITH q AS (SELECT * FROM region_time_queries WHERE step >= 0 AND e > b),
+            iv AS (
+                SELECT i.rank, i.idx, i.parent_idx, i.region_id, i.start_ns, i.end_ns, i.exclusive_ns
+                FROM intervals i
+                WHERE i.location_id IN (SELECT location_id FROM locations WHERE is_main)
+                  -- constants, not subqueries over q: those make DuckDB plan the joins badly
+                  AND i.end_ns > $lo AND i.start_ns < $hi
+            ),
+            -- each instance with the step it starts in: an equi-join on time buckets about a
+            -- step long (each step listed under the buckets it overlaps), several times faster
+            -- than an ASOF join on this many rows
+            sb AS (
+                SELECT rank, step, start_ns, end_ns, unnest(range(start_ns // $w, end_ns // $w + 1)) AS bucket
+                FROM steps SEMI JOIN q USING (rank, step)
+            ),
+            ivs AS (
+                SELECT iv.*, sb.step FROM iv JOIN sb ON sb.rank = iv.rank AND sb.bucket = iv.start_ns // $w
+                WHERE iv.start_ns >= sb.start_ns AND iv.start_ns < sb.end_ns
+            ),
+            j AS (
+                SELECT q.q, ivs.idx, ivs.parent_idx, ivs.region_id, ivs.exclusive_ns,
+                       least(ivs.end_ns, q.e) - greatest(ivs.start_ns, q.b) AS ov,
+                       ivs.start_ns >= q.b AND ivs.end_ns <= q.e AS inside
+                FROM q JOIN ivs ON ivs.rank = q.rank AND ivs.step = q.step
+                WHERE ivs.start_ns < q.e AND ivs.end_ns > q.b
+            ),
+            kids AS (SELECT q, parent_idx, sum(ov) AS ov FROM j WHERE parent_idx IS NOT NULL GROUP BY q, parent_idx),
+            parts AS (
+                -- an instance inside the query: its exclusive time (its children are inside too)
+                SELECT q, region_id, exclusive_ns AS ns FROM j WHERE inside
+                UNION ALL
+                -- one crossing an end of it (few: the ones open there): its part minus its children's
+                SELECT j.q, j.region_id, j.ov - coalesce(k.ov, 0)
+                FROM j LEFT JOIN kids k ON k.q = j.q AND k.parent_idx = j.idx WHERE NOT j.inside
+            )
+            SELECT q, region_id AS region, sum(ns) AS ns FROM parts GROUP BY q, region_id HAVING sum(ns) <> 0
+        """, {"lo": int(b.min()), "hi": int(e.max()), "w": bucket_ns(con)}).fetchnumpy()
+    finally:
+        con.unregister("region_time_queries")
+    q = np.asarray(got["q"], np.int64)
+    region = np.asarray(got["region"], np.int64)
+    ns = np.asarray(got["ns"], np.int64)
+    rest = (e - b) - np.bincount(q, weights=ns, minlength=n).astype(np.int64)
+    more = np.flatnonzero(rest > 0)
+    return pd.DataFrame({"q": np.concatenate([q, more]),
+                         "region": np.concatenate([region, np.full(len(more), NO_REGION)]),
+                         "ns": np.concatenate([ns, rest[more]])})

@@ -1,0 +1,140 @@
+"""What the CLI prints and the report pages draw from the cause tables (read-only queries).
+
+Sentences and small tables for ``analyze causes / overlap / critical-path``, and the frames
+the figures of :mod:`reports.causes` are drawn from (times in milliseconds).
+"""
+
+from __future__ import annotations
+
+import duckdb
+import pandas as pd
+
+from analyze.schema import CauseKind
+
+
+def step_ranges(steps: list[int], most: int = 4) -> str:
+    """[1, 2, 3, 7] -> "steps 1-3, 7"; [4] -> "step 4"; long lists end in "..."."""
+    steps = sorted(set(steps))
+    if not steps:
+        return "no step"
+    runs: list[tuple[int, int]] = []
+    for s in steps:
+        if runs and s == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], s)
+        else:
+            runs.append((s, s))
+    parts = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs]
+    shown = ", ".join(parts[:most]) + (", ..." if len(parts) > most else "")
+    return f"step {shown}" if len(steps) == 1 else f"steps {shown}"
+
+
+def ms(ns: float) -> str:
+    """120.0 ms, 1.25 ms, 0.0123 ms: a tenth of a millisecond, or three significant digits below 10 ms."""
+    v = ns / 1e6
+    return f"{v:.1f} ms" if v >= 10 else f"{v:.3g} ms"
+
+
+def delay_lines(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[str]:
+    """One sentence per cause, largest first: "rank 3's dltrace.dataloader at steps 7-9
+    caused 120.0 ms of idle on 7 ranks (40% of all idle)"."""
+    rows = con.execute("""
+        SELECT cause_rank, cause_kind, cause_region, idle_ns, share, waiting_ranks, main_steps
+        FROM delay_totals ORDER BY idle_ns DESC, cause_rank, cause_region LIMIT $n
+    """, {"n": limit}).fetchall()
+    out = []
+    for rank, kind, region, idle_ns, share, waiting, steps in rows:
+        if kind == CauseKind.REGION:
+            who = f"rank {rank}'s {region}"
+        elif kind == CauseKind.LATE_START:
+            who = f"rank {rank} starting late (a delay from before the synchronization interval)"
+        else:
+            who = "an unknown rank"
+        ranks = f"{waiting} rank{'s' if waiting != 1 else ''}"
+        pct = f" ({100 * share:.0f}% of all idle)" if share is not None else ""
+        out.append(f"{who} at {step_ranges(list(steps or []))} caused {ms(idle_ns)} of idle "
+                   f"on {ranks}{pct}")
+    return out
+
+
+def overlap_summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Per rank and kind: mean ms per step of communication, hidden and exposed, and the
+    overlap ratio over the whole run."""
+    return con.execute("""
+        SELECT rank, kind, count(*) AS steps, sum(calls) / count(*) AS calls_per_step,
+               round(avg(comm_ns) / 1e6, 3) AS comm_ms, round(avg(busy_ns) / 1e6, 3) AS busy_ms,
+               round(avg(hidden_ns) / 1e6, 3) AS hidden_ms, round(avg(exposed_ns) / 1e6, 3) AS exposed_ms,
+               round(sum(hidden_ns) / nullif(sum(comm_ns), 0), 3) AS overlap
+        FROM overlap GROUP BY rank, kind
+        ORDER BY rank, kind = 'all' DESC, kind
+    """).df()
+
+
+def critical_path_summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Per step: path length, perfect-balance time, imbalance cost and who is on the path."""
+    return con.execute("""
+        SELECT step, round(duration_ns / 1e6, 3) AS path_ms, round(balanced_ns / 1e6, 3) AS balanced_ms,
+               round(imbalance_ns / 1e6, 3) AS imbalance_ms,
+               round(100.0 * imbalance_ns / nullif(duration_ns, 0), 1) AS "imbalance%",
+               end_rank, path_ranks, critical_rank, critical_region
+        FROM step_balance ORDER BY step
+    """).df()
+
+
+def path_contributions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Per rank and region: total time on the critical path across the run, largest first."""
+    return con.execute("""
+        SELECT rank, region, category, round(sum(duration_ns) / 1e6, 3) AS path_ms,
+               round(100.0 * sum(duration_ns) / (SELECT sum(duration_ns) FROM critical_path_regions), 1)
+                   AS "path%"
+        FROM critical_path_regions GROUP BY ALL ORDER BY sum(duration_ns) DESC
+    """).df()
+
+
+# --- frames for the report pages -------------------------------------------------------------
+
+def overlap_steps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """rank, step, part (hidden, exposed), ms: all communication of each step."""
+    df = con.execute("""
+        SELECT rank, step, hidden_ns / 1e6 AS hidden, exposed_ns / 1e6 AS exposed
+        FROM overlap WHERE kind = 'all' ORDER BY rank, step
+    """).df()
+    return df.melt(id_vars=["rank", "step"], value_vars=["hidden", "exposed"], var_name="part",
+                   value_name="ms")
+
+
+def cause_label(rank: object, kind: str, region: object) -> str:
+    if kind == CauseKind.REGION:
+        return f"rank {rank}: {region}"
+    if kind == CauseKind.LATE_START:
+        return f"rank {rank}: started late"
+    return "unknown"
+
+
+def cause_steps(con: duckdb.DuckDBPyConnection, top: int = 5) -> pd.DataFrame:
+    """step, cause (a label; causes past the ``top`` largest are "other causes"), ms: idle
+    time per step summed over the ranks that waited, by its cause. Steps are the waiting
+    ranks' steps."""
+    totals = con.execute("""SELECT cause_rank, cause_kind, cause_region FROM delay_totals
+                            ORDER BY idle_ns DESC, cause_rank, cause_region LIMIT $n""", {"n": top}).fetchall()
+    keep = [cause_label(*t) for t in totals]
+    df = con.execute("""SELECT step, cause_rank, cause_kind, cause_region, sum(idle_ns) / 1e6 AS ms
+                        FROM delays GROUP BY ALL""").df()
+    if df.empty:
+        return pd.DataFrame({"step": [], "cause": [], "ms": []})
+    labels = [cause_label(r, k, g) for r, k, g in zip(df["cause_rank"], df["cause_kind"], df["cause_region"],
+                                                      strict=True)]
+    df["cause"] = [lab if lab in keep else "other causes" for lab in labels]
+    out = df.groupby(["step", "cause"], as_index=False)["ms"].sum()
+    order = keep + (["other causes"] if "other causes" in set(out["cause"]) else [])
+    out["cause"] = pd.Categorical(out["cause"], categories=order)
+    return out
+
+
+def path_steps(con: duckdb.DuckDBPyConnection) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(step, rank, ms: time on the critical path per step and rank; step, path_ms,
+    balanced_ms: the path's length and the perfect-balance step time)."""
+    per_rank = con.execute("""SELECT step, rank, sum(duration_ns) / 1e6 AS ms FROM critical_path
+                              GROUP BY step, rank ORDER BY step, rank""").df()
+    steps = con.execute("""SELECT step, duration_ns / 1e6 AS path_ms, balanced_ns / 1e6 AS balanced_ms
+                           FROM step_balance ORDER BY step""").df()
+    return per_rank, steps

@@ -1,0 +1,228 @@
+"""Energy tables from the metric samples: power over time, energy per device, agreement of
+counters and power readings, and energy per rank, step and phase.
+
+Each energy or power channel recorded on a location is a *series*: its running total
+(:func:`analyze.energy.series.running_energy`) gives ``power`` (mean power between samples)
+and its ``energy_devices`` row. A device with both a counter and power readings is compared in
+``energy_agreement``; the counter is what counts. The counted series are then attributed to
+ranks: a series charged to a rank (a GPU pinned to it) to that rank, a host-wide one (CPU
+packages, DRAM) in equal shares to the ranks of its host; and within a rank to its steps and to
+the phase pieces of :mod:`analyze.tables.phases` (running totals linear between samples, so
+pieces shorter than the sampling interval get energy in proportion to their time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import duckdb
+import numpy as np
+import pandas as pd
+
+from analyze.energy import attribution, series
+from analyze.schema import (
+    ENERGY_AGREEMENT,
+    ENERGY_DEVICES,
+    ENERGY_PHASES,
+    ENERGY_STEPS,
+    POWER,
+    EnergySource,
+)
+from analyze.tables.phases import WINDOW_SEGMENTS, segments, sweep_intervals
+from traceio.records import Device
+
+# Device kinds whose energy adds up to a host's: the others contain them (node, platform) or
+# are part of them (cores, uncore), or are sensors that may mirror them (hwmon).
+PRIMARY = (Device.CPU_PACKAGE, Device.DRAM, Device.GPU)
+FALLBACK = (Device.NODE, Device.PLATFORM, Device.OTHER, Device.SENSOR)
+
+
+@dataclass
+class Series:
+    channel_id: int
+    location_id: int
+    name: str
+    host: str | None
+    device: str
+    index: int | None
+    source: EnergySource
+    rank: int | None
+    t: np.ndarray
+    total: np.ndarray
+    active: bool = True
+    counted: bool = False
+
+    @property
+    def interval_ns(self) -> float:
+        return series.median_interval_ns(self.t)
+
+
+def load_series(con: duckdb.DuckDBPyConnection, ours: bool) -> list[Series]:
+    """Every energy or power channel with a known unit, per recording location."""
+    rows = con.execute("""
+        SELECT c.channel_id, m.location_id, c.name, coalesce(c.host, h.host) AS host, c.device,
+               c.device_index, c.quantity, c.mode,
+               CASE WHEN c.scope IS NULL THEN m.rank ELSE c.rank END AS charged,
+               list(m.time_ns ORDER BY m.time_ns) AS t, list(m.value * c.to_si ORDER BY m.time_ns) AS v
+        FROM metrics m JOIN metric_channels c USING (channel_id) LEFT JOIN hosts h ON h.rank = m.rank
+        WHERE c.quantity IN ('energy', 'power') AND c.to_si IS NOT NULL
+        GROUP BY ALL ORDER BY c.channel_id, m.location_id
+    """).fetchall()
+    out = []
+    for channel, location, name, host, device, index, quantity, mode, rank, t, v in rows:
+        t = np.asarray(t, dtype=np.int64)
+        total = series.running_energy(t, np.asarray(v, dtype=np.float64), quantity, mode)
+        source = EnergySource.COUNTER if quantity == "energy" else EnergySource.POWER
+        out.append(Series(channel, location, name, host, device, index, source, rank, t, total))
+    pinned = any(s.device == Device.GPU and s.rank is not None for s in out)
+    for s in out:
+        # our traces say which GPUs a rank is pinned to: the others are idle; elsewhere unknown
+        s.active = s.rank is not None or s.device != Device.GPU or not (ours or pinned)
+    _mark_counted(out)
+    return out
+
+
+def _mark_counted(all_series: list[Series]) -> None:
+    """The preferred series of each device (a counter over power readings), of the device
+    kinds whose energies add up (PRIMARY; on a host without any, the first FALLBACK kind)."""
+    by_host: dict[str | None, list[Series]] = {}
+    for s in all_series:
+        by_host.setdefault(s.host, []).append(s)
+    for mine in by_host.values():
+        kinds = {s.device for s in mine}
+        use = set(PRIMARY) & kinds or next(({k} for k in FALLBACK if k in kinds), set())
+        best: dict[tuple[str, int | None, int | None], Series] = {}
+        for s in sorted(mine, key=lambda s: (s.source != EnergySource.COUNTER, s.channel_id)):
+            key = (s.device, s.index, s.rank)
+            if s.device in use and len(s.t) > 1 and key not in best:
+                best[key] = s
+        for s in best.values():
+            s.counted = True
+
+
+def _insert(con: duckdb.DuckDBPyConnection, table: str, columns: list[str], frame: pd.DataFrame) -> None:
+    if len(frame):
+        con.register("energy_rows", frame[columns])
+        con.execute(f"INSERT INTO {table} SELECT * FROM energy_rows")
+        con.unregister("energy_rows")
+
+
+def _power_rows(s: Series) -> pd.DataFrame:
+    dt = np.diff(s.t)
+    energy = np.diff(s.total)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        power = np.where(dt > 0, energy / (dt / 1e9), np.nan)
+    return pd.DataFrame({"channel_id": s.channel_id, "location_id": s.location_id, "start_ns": s.t[:-1],
+                         "end_ns": s.t[1:], "energy_j": energy, "power_w": power})
+
+
+def _device_row(s: Series) -> dict:
+    span = int(s.t[-1] - s.t[0]) if len(s.t) else 0
+    energy = float(s.total[-1]) if len(s.total) else 0.0
+    return {"channel_id": s.channel_id, "location_id": s.location_id, "name": s.name, "host": s.host,
+            "device": s.device, "device_index": s.index, "source": str(s.source), "rank": s.rank,
+            "active": s.active, "counted": s.counted, "samples": len(s.t),
+            "start_ns": int(s.t[0]) if len(s.t) else None, "end_ns": int(s.t[-1]) if len(s.t) else None,
+            "interval_ms": s.interval_ns / 1e6, "energy_j": energy,
+            "mean_power_w": energy / (span / 1e9) if span else None,
+            "integrated_reading": s.source == EnergySource.POWER}
+
+
+def family(name: str) -> str:
+    """What a channel's name says about where it comes from: a PAPI-based Score-P plugin's
+    prefix (``A2rocm_smi``, ``A3coretemp``), so a device's counter is paired with power readings
+    of the same origin only."""
+    return name.split(":::", 1)[0] if ":::" in name else ""
+
+
+def _agreement_rows(all_series: list[Series]) -> list[dict]:
+    rows = []
+    devices: dict[tuple, dict[EnergySource, Series]] = {}
+    for s in all_series:
+        devices.setdefault((s.host, s.device, s.index, s.rank, family(s.name)), {}).setdefault(s.source, s)
+    for (host, device, index, _, _), pair in devices.items():
+        if len(pair) < 2 or device == Device.OTHER:
+            continue
+        c, p = pair[EnergySource.COUNTER], pair[EnergySource.POWER]
+        a = attribution.agreement(c.t, c.total, p.t, p.total)
+        if a is None:
+            continue
+        rows.append({"host": host, "device": device, "device_index": index, "counter_channel": c.channel_id,
+                     "power_channel": p.channel_id, "start_ns": a.start_ns, "end_ns": a.end_ns,
+                     "counter_j": a.counter_j, "power_j": a.power_j,
+                     "difference_pct": a.pct(a.power_j, a.counter_j), "lag_ms": a.lag_ns / 1e6,
+                     "aligned_counter_j": a.aligned_counter_j, "aligned_power_j": a.aligned_power_j,
+                     "aligned_difference_pct": a.pct(a.aligned_power_j, a.aligned_counter_j)})
+    return rows
+
+
+def _windows(con: duckdb.DuckDBPyConnection, rank: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, pd.DataFrame]]:
+    """(step ids, starts, ends, phase pieces) of ``rank`` in windows of whole steps, as
+    build_phases sweeps them (bounded memory for long traces)."""
+    st = con.execute("SELECT step, start_ns, end_ns FROM steps WHERE rank = $r ORDER BY start_ns",
+                     {"r": rank}).fetchnumpy()
+    ids = np.asarray(st["step"], np.int32)
+    starts, ends = np.asarray(st["start_ns"], np.int64), np.asarray(st["end_ns"], np.int64)
+    count = con.execute("""SELECT count(*) FROM intervals i JOIN locations l USING (location_id)
+                           WHERE l.is_main AND i.rank = $r""", {"r": rank}).fetchone()
+    per_window = max(1, len(starts) * WINDOW_SEGMENTS // max(1, int(count[0]) if count else 1))
+    for a in range(0, len(starts), per_window):
+        b = min(len(starts), a + per_window)
+        seg = segments(con, int(starts[a:b].min()), int(ends[a:b].max()), ranks=[rank])
+        pieces = sweep_intervals(seg["start"].to_numpy(), seg["end"].to_numpy(), seg["level"].to_numpy(),
+                                 starts[a:b], ends[a:b])
+        yield ids[a:b], starts[a:b], ends[a:b], pieces
+
+
+def _attribute(con: duckdb.DuckDBPyConnection, counted: list[Series]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """energy_steps and energy_phases rows for every rank with steps."""
+    hosts = dict(con.execute("SELECT rank, host FROM hosts").fetchall())
+    ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM steps ORDER BY rank").fetchall()]
+    on_host: dict[str | None, int] = {}
+    for r in ranks:
+        on_host[hosts.get(r)] = on_host.get(hosts.get(r), 0) + 1
+    step_parts, phase_parts = [], []
+    for rank in ranks:
+        mine = [(s, 1.0) for s in counted if s.rank == rank]
+        mine += [(s, 1.0 / on_host[s.host]) for s in counted if s.rank is None and s.host == hosts.get(rank)]
+        if not mine:
+            continue
+        for ids, starts, ends, pieces in _windows(con, rank):
+            p_start, p_end = pieces["start_ns"].to_numpy(np.int64), pieces["end_ns"].to_numpy(np.int64)
+            p_step = ids[pieces["step"].to_numpy(np.int64)] if len(pieces) else np.zeros(0, np.int32)
+            for s, share in mine:
+                base = {"rank": rank, "channel_id": s.channel_id, "location_id": s.location_id,
+                        "device": s.device, "device_index": s.index, "active": s.active}
+                step_parts.append(pd.DataFrame({
+                    **base, "step": ids, "share": share,
+                    "energy_j": share * attribution.window_energy(s.t, s.total, starts, ends),
+                    "covered_ns": attribution.covered_ns(s.t, starts, ends)}))
+                if not len(pieces):
+                    continue
+                energy = share * attribution.window_energy(s.t, s.total, p_start, p_end)
+                length = p_end - p_start
+                short = np.where(length < s.interval_ns, length, 0)
+                frame = pd.DataFrame({"step": p_step, "phase": pieces["phase"].to_numpy(), "energy_j": energy,
+                                      "duration_ns": length, "short_ns": short})
+                agg = frame.groupby(["step", "phase"], as_index=False, sort=True).sum()
+                phase_parts.append(agg.assign(**base))
+    steps = pd.concat(step_parts, ignore_index=True) if step_parts else pd.DataFrame(columns=ENERGY_STEPS.names)
+    phases = pd.concat(phase_parts, ignore_index=True) if phase_parts else pd.DataFrame(columns=ENERGY_PHASES.names)
+    return steps, phases
+
+
+def build_energy(con: duckdb.DuckDBPyConnection, ours: bool = False) -> None:
+    """Fill power, energy_devices, energy_agreement, energy_steps and energy_phases (nothing
+    when the trace has no energy or power channel with a known unit). ``ours``: the trace was
+    written by dltrace, whose GPUs without a rank are idle ones."""
+    found = load_series(con, ours)
+    if not found:
+        return
+    for s in found:
+        _insert(con, "power", POWER.names, _power_rows(s))
+    _insert(con, "energy_devices", ENERGY_DEVICES.names, pd.DataFrame([_device_row(s) for s in found]))
+    _insert(con, "energy_agreement", ENERGY_AGREEMENT.names, pd.DataFrame(_agreement_rows(found)))
+    steps, phases = _attribute(con, [s for s in found if s.counted])
+    _insert(con, "energy_steps", ENERGY_STEPS.names, steps)
+    _insert(con, "energy_phases", ENERGY_PHASES.names, phases)

@@ -1,0 +1,182 @@
+"""Pages on why a step is slow: overlap, root causes of idle time, critical path, and a diff.
+
+Pure builders over the frames of :mod:`analyze.tables.causes.views` and the table of
+:mod:`analyze.experiments.diff`; :func:`run_pages` picks the pages a run has data for.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import duckdb
+import pandas as pd
+from plotnine import (
+    aes,
+    element_blank,
+    element_text,
+    facet_wrap,
+    geom_col,
+    geom_errorbarh,
+    geom_point,
+    geom_vline,
+    ggplot,
+    guide_legend,
+    guides,
+    labs,
+    scale_color_manual,
+    scale_fill_manual,
+    scale_x_continuous,
+    scale_y_continuous,
+    theme,
+)
+
+from analyze.tables.causes import views as cause_views
+from analyze.views import RunLabel
+from reports.page import Page
+from reports.theme import BASE_SIZE, HEIGHT_IN, PHASE_COLORS, WIDTH_IN, theme_dltrace
+
+# Okabe-Ito, in an order that keeps neighbours apart; causes and ranks take them in turn.
+QUALITATIVE = ["#E69F00", "#56B4E9", "#009E73", "#CC79A7", "#0072B2", "#D55E00", "#F0E442", "#000000"]
+OTHER_COLOR = "#BBBBBB"
+KIND_COLORS = {"phase": PHASE_COLORS["compute"], "region": "#CC79A7", "collective": PHASE_COLORS["allreduce"]}
+
+
+def _palette(levels: list[str], other: str | None = None) -> dict[str, str]:
+    out = {lv: QUALITATIVE[i % len(QUALITATIVE)] for i, lv in enumerate(x for x in levels if x != other)}
+    if other is not None:
+        out[other] = OTHER_COLOR
+    return out
+
+
+def _step_axis(steps: pd.Series) -> scale_x_continuous:
+    """Whole step numbers on the x axis (every step while there are few)."""
+    values = sorted({int(v) for v in steps})
+    if len(values) <= 12:
+        return scale_x_continuous(breaks=values)
+    return scale_x_continuous(breaks=lambda lim: [v for v in range(int(lim[0]), int(lim[1]) + 1)
+                                                  if v % max(1, (len(values) // 8)) == 0])
+
+
+def _facet_height(panels: int, cols: int) -> float:
+    return min(9.0, HEIGHT_IN + 1.6 * (-(-panels // cols) - 1))
+
+
+def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel) -> ggplot:
+    """Per rank, each step's communication split into the part compute hid and the exposed
+    part. ``steps``: rank, step, part (hidden, exposed), ms; ``summary``: rank, kind, overlap
+    (the overlap_summary table), for the subtitle."""
+    df = steps.assign(part=pd.Categorical(steps["part"], categories=["exposed", "hidden"]))
+    ratios = summary[summary["kind"] == "all"]
+    said = ", ".join(f"rank {r}: {100 * v:.0f}%" for r, v in zip(ratios["rank"], ratios["overlap"], strict=True)
+                     if pd.notna(v))
+    n = df["rank"].nunique()
+    cols = min(4, n)
+    return (
+        ggplot(df, aes("step", "ms", fill="part"))
+        + geom_col(width=0.85)
+        + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)  # type: ignore[arg-type]
+        + _step_axis(df["step"])
+        + scale_fill_manual(values={"hidden": PHASE_COLORS["compute"], "exposed": PHASE_COLORS["allreduce"]},
+                            breaks=["hidden", "exposed"],
+                            labels=["hidden under compute", "exposed (communication, idle)"])
+        + scale_y_continuous(expand=(0, 0, 0.05, 0))
+        + labs(title=label.title(), subtitle="communication per step, all lanes"
+               + (f"; hidden over the run: {said}" if said else ""), x="step", y="communication [ms]")
+        + theme_dltrace()
+        + theme(figure_size=(WIDTH_IN, _facet_height(n, cols)))
+    )
+
+
+def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel) -> ggplot:
+    """Idle time per step, summed over the ranks that waited, coloured by its cause (the rank
+    that arrived last and the region that made it late). ``per_step``: step, cause, ms;
+    ``lines``: the largest causes in words, for the subtitle."""
+    causes = [str(c) for c in per_step["cause"].cat.categories] if hasattr(per_step["cause"], "cat") else \
+        list(dict.fromkeys(per_step["cause"]))
+    colors = _palette(causes, "other causes" if "other causes" in causes else None)
+    top = textwrap.fill(lines[0], 78) if lines else ""
+    return (
+        ggplot(per_step, aes("step", "ms", fill="cause"))
+        + geom_col(width=0.85)
+        + scale_fill_manual(values=colors, breaks=causes)
+        + _step_axis(per_step["step"])
+        + guides(fill=guide_legend(ncol=2))
+        + scale_y_continuous(expand=(0, 0, 0.05, 0))
+        + labs(title=label.title(), subtitle="idle time per step by its cause: the late rank and the region\n"
+               "that made it late" + (f"; the largest:\n{top}" if top else ""), x="step", y="idle, all ranks [ms]")
+        + theme_dltrace()
+        + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 0.9), plot_subtitle=element_text(size=BASE_SIZE - 3))
+    )
+
+
+def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, most: int = 7) -> ggplot:
+    """Per step, the critical path's length split by the rank it ran on, and the step time
+    perfect balance would give (black points). ``per_rank``: step, rank, ms; ``steps``: step,
+    path_ms, balanced_ms. Ranks past the ``most`` most often on the path are grouped."""
+    busiest = per_rank.groupby("rank")["ms"].sum().sort_values(ascending=False).index[:most]
+    names = [f"rank {r}" for r in sorted(busiest)]
+    grouped = len(busiest) < per_rank["rank"].nunique()
+    who = per_rank["rank"].map(lambda r: f"rank {r}" if r in set(busiest) else "other ranks")
+    levels = names + (["other ranks"] if grouped else [])
+    df = per_rank.assign(who=pd.Categorical(who, categories=levels[::-1]))
+    cost = steps["path_ms"].sum() - steps["balanced_ms"].sum()
+    total = steps["path_ms"].sum()
+    return (
+        ggplot(df, aes("step", "ms", fill="who"))
+        + geom_col(width=0.85)
+        + geom_point(steps, aes("step", "balanced_ms"), inherit_aes=False, shape="D", size=1.8, color="black")
+        + scale_fill_manual(values=_palette(levels, "other ranks" if grouped else None), breaks=levels)
+        + _step_axis(df["step"])
+        + scale_y_continuous(expand=(0, 0, 0.05, 0))
+        + labs(title=label.title(),
+               subtitle=f"critical path per step by the rank it runs on; black: the step time\n"
+                        f"perfect balance would give; imbalance cost {cost:.1f} of {total:.1f} ms "
+                        f"({100 * cost / total if total else 0:.1f}%)",
+               x="step", y="critical path [ms]")
+        + theme_dltrace()
+        + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 0.3))
+    )
+
+
+def diff_page(table: pd.DataFrame, a: str, b: str, top: int = 15) -> Page:
+    """The diff of B against A: the ``top`` largest changes with their 95% intervals."""
+    return Page("diff", diff_plot(table, a, b, top))
+
+
+def diff_plot(table: pd.DataFrame, a: str, b: str, top: int = 15) -> ggplot:
+    df = table[table["delta_ms"].abs() > 0].head(top).copy()
+    df["item"] = df["kind"] + ": " + df["name"]
+    df["item"] = pd.Categorical(df["item"], categories=list(df["item"])[::-1])
+    df["lo"] = df["ci_low"].fillna(df["delta_ms"])
+    df["hi"] = df["ci_high"].fillna(df["delta_ms"])
+    over = table["over"].iloc[0] if len(table) else "steps"
+    return (
+        ggplot(df, aes(y="item"))
+        + geom_vline(xintercept=0, color="#999999", size=0.4)
+        + geom_errorbarh(aes(xmin="lo", xmax="hi", color="kind"), height=0.35)
+        + geom_point(aes(x="delta_ms", color="kind"), size=2)
+        + scale_color_manual(values=KIND_COLORS, breaks=[k for k in KIND_COLORS if k in set(df["kind"])])
+        + labs(title=f"{b} against {a}",
+               subtitle=f"change in time per step (mean over ranks), largest first;\n"
+                        f"95% confidence intervals over {over}",
+               x="change per step [ms]", y=None)
+        + theme_dltrace()
+        + theme(figure_size=(WIDTH_IN, max(HEIGHT_IN, 1.6 + 0.26 * len(df))), axis_title_y=element_blank(),
+                axis_text_y=element_text(size=BASE_SIZE - 2))
+    )
+
+
+def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel) -> list[Page]:
+    """The pages a run has data for: overlap (it communicates), root causes (some rank was
+    idle), critical path (more than one rank)."""
+    pages = []
+    steps = cause_views.overlap_steps(con)
+    if steps["ms"].sum() > 0:
+        pages.append(Page(f"{tag}-overlap", overlap(steps, cause_views.overlap_summary(con), label)))
+    per_step = cause_views.cause_steps(con)
+    if len(per_step) and per_step["ms"].sum() > 0:
+        pages.append(Page(f"{tag}-causes", root_causes(per_step, cause_views.delay_lines(con, 2), label)))
+    per_rank, balance = cause_views.path_steps(con)
+    if label.ranks > 1 and len(balance):
+        pages.append(Page(f"{tag}-critical-path", critical_path(per_rank, balance, label)))
+    return pages

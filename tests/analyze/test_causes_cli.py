@@ -1,0 +1,76 @@
+"""The verbs on why a step is slow, run as a user runs them, on a literal straggler trace."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.analyze.test_delays import step
+from tests.conftest import ROOT
+from tests.literal import write_literal
+
+
+def analyze(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "analyze.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Two runs of 3 ranks and 4 steps: in the second, rank 2 loads data 30 ms longer at steps 1-2."""
+    out = tmp_path_factory.mktemp("cli")
+    for name, slow in (("even", 10), ("straggler", 40)):
+        items = []
+        for s in range(4):
+            for rank in range(3):
+                items += step(rank, 200 * s, slow if rank == 2 and s in (1, 2) else 10, 50, 50)
+        write_literal(out / name, items)
+    return out / "even", out / "straggler"
+
+
+def test_causes_prints_the_sentence(runs: tuple[Path, Path]) -> None:
+    proc = analyze("causes", str(runs[1]))
+    assert proc.returncode == 0, proc.stderr
+    assert "idle time: 120.0 ms over 12 rank-steps" in proc.stdout
+    assert "rank 2's dltrace.dataloader at steps 1-2 caused 120.0 ms of idle on 2 ranks (100% of all idle)" \
+        in proc.stdout
+    quiet = analyze("causes", str(runs[0]))
+    assert quiet.returncode == 0 and "no idle time" in quiet.stdout
+
+
+def test_overlap_and_critical_path_tables(runs: tuple[Path, Path]) -> None:
+    proc = analyze("overlap", str(runs[1]))
+    assert proc.returncode == 0, proc.stderr
+    assert "allreduce" in proc.stdout and "hidden_ms" in proc.stdout
+    path = analyze("critical-path", str(runs[1]))
+    assert path.returncode == 0, path.stderr
+    # steps 1 and 2 cost 20 ms each (160 ms on the path, 140 ms balanced)
+    assert "imbalance cost: 40.0 ms of 640.0 ms (6.2%)" in path.stdout
+    assert "dltrace.forward" in path.stdout
+
+
+def test_balance_with_shares_given_and_their_errors(runs: tuple[Path, Path]) -> None:
+    proc = analyze("balance", str(runs[0]), "--shares", "0.5,0.25,0.25", "--global-batch", "64")
+    assert proc.returncode == 0, proc.stderr
+    assert "shares that balance compute: --shares " in proc.stdout and "predicted step" in proc.stdout
+    bad = analyze("balance", str(runs[0]), "--shares", "0.5,0.5")
+    assert bad.returncode != 0 and "gives 2 shares for 3 ranks" in bad.stderr and "Traceback" not in bad.stderr
+    worse = analyze("balance", str(runs[0]), "--shares", "a,b")
+    assert worse.returncode != 0 and "expected shares such as 0.7,0.3" in worse.stderr
+
+
+def test_diff_prints_and_draws(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    out = tmp_path / "d.pdf"
+    proc = analyze("diff", str(runs[0]), str(runs[1]), "-o", str(out))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("A: even (1 run)   B: straggler (1 run)")
+    assert out.is_file() and (tmp_path / "d-diff.png").is_file()
+    wrong = analyze("diff", str(runs[0]), str(runs[1]), "-o", str(tmp_path / "d.png"))
+    assert wrong.returncode != 0 and "must be written to a .pdf file" in wrong.stderr
+    missing = analyze("diff", str(runs[0]), str(tmp_path / "nope"))
+    assert missing.returncode != 0 and "no such run or directory" in missing.stderr
+    assert "Traceback" not in missing.stderr

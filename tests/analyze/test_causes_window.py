@@ -1,0 +1,75 @@
+"""The pass over windows of steps, and the time per region the cause analyses sum."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import analyze
+from analyze.tables.causes.region_time import NO_REGION, region_times
+from tests.literal import write_literal
+
+MS = 1_000_000
+
+
+def test_region_times_are_exclusive_and_add_up(tmp_path: Path) -> None:
+    write_literal(tmp_path / "run", [
+        (0, "dltrace.step", 0, 100 * MS),
+        (0, "dltrace.forward", 10 * MS, 50 * MS),
+        (0, "augment", 20 * MS, 30 * MS),  # a user region nested in forward
+        (0, "dltrace.backward", 50 * MS, 90 * MS),
+        (0, "ddp.wait_for_buckets", 80 * MS, 90 * MS, {"role": "wait"}),
+        (0, "dltrace.step", 120 * MS, 150 * MS),
+        (0, "dltrace.forward", 120 * MS, 150 * MS),
+    ])
+    db = analyze.open(tmp_path / "run")
+    names = dict(db.execute("select region_id, name from regions").fetchall())
+    # query 0: 15-85 ms of step 0; query 1: all of step 1; query 2: outside the steps
+    got = region_times(db, np.array([0, 0, 0]), np.array([0, 1, -1]), np.array([15, 120, 100]) * MS,
+                       np.array([85, 150, 110]) * MS)
+    rows = sorted((int(q), names.get(int(r), "none" if r == NO_REGION else "?"), int(ns))
+                  for q, r, ns in got.itertuples(index=False))
+    assert rows == [
+        (0, "augment", 10 * MS), (0, "ddp.wait_for_buckets", 5 * MS), (0, "dltrace.backward", 30 * MS),
+        (0, "dltrace.forward", 25 * MS),  # 15-50 without the 10 ms of augment
+        (1, "dltrace.forward", 30 * MS),  # the step region is all forward: no exclusive time
+        (2, "none", 10 * MS),
+    ]
+
+
+def test_windows_of_a_step_or_two_give_the_same_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Long traces are analyzed a few steps at a time; the windows must not show."""
+    import duckdb
+
+    from analyze.tables.causes import window
+    from bench import synth
+
+    run, _ = synth.write(10_000, tmp_path / "run")  # 45 of the benchmark's DDP-like steps, 2 ranks
+    whole = analyze.build(run, db=tmp_path / "whole.duckdb", causes=True).db
+    monkeypatch.setattr(window, "WINDOW_INTERVALS", 400)  # windows of 4 steps
+    windowed = analyze.build(run, db=tmp_path / "windowed.duckdb", causes=True).db
+    for table in ("overlap", "delays", "delay_totals", "critical_path", "critical_path_regions",
+                  "step_balance", "rank_balance"):
+        query = f"SELECT * FROM {table} ORDER BY ALL"
+        a = duckdb.connect(str(whole), read_only=True).execute(query).fetchall()
+        b = duckdb.connect(str(windowed), read_only=True).execute(query).fetchall()
+        assert a == b and len(a) > 0, table
+
+
+def test_phases_alone_leave_the_cause_tables_to_the_first_verb_that_reads_them(tmp_path: Path) -> None:
+    from analyze.tables import database
+
+    coll = {"op": "allreduce", "bytes": 8}
+    write_literal(tmp_path / "run", [
+        (0, "dltrace.step", 0, 10 * MS), (0, "MPI_Allreduce", 2 * MS, 9 * MS, coll),
+        (1, "dltrace.step", 0, 10 * MS), (1, "MPI_Allreduce", 5 * MS, 9 * MS, coll),
+    ])
+    paths = database.build(tmp_path / "run")  # what analyze phases builds
+    assert not database.has_causes(paths)
+    built = paths.db.stat().st_mtime_ns
+    db = analyze.open(tmp_path / "run")  # fills them into the same, still current database
+    assert database.has_causes(paths) and paths.db.stat().st_mtime_ns != built
+    assert db.execute("select rank, idle_ns from delays").fetchall() == [(0, 3 * MS)]
+    assert db.execute("select count(*) from phases").fetchall() == [(10,)]  # the rest as it was

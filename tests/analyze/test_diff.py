@@ -1,0 +1,80 @@
+"""``analyze diff``: the change per step with confidence intervals, on literal runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analyze.errors import AnalyzeError
+from analyze.experiments import diff
+from tests.literal import write_literal
+
+MS = 1_000_000
+JITTER = [0, 1, 2, 1, 0, 2, 1, 0]  # ms added to forward at each step, so steps vary
+
+
+def run(path: Path, forward: int, steps: int = 8, ranks: int = 2) -> Path:
+    items = []
+    for s in range(steps):
+        base = 300 * s
+        fwd = forward + JITTER[s]
+        for rank in range(ranks):
+            t = base
+            items += [(rank, "dltrace.step", t * MS, (t + 10 + fwd + 80 + 10) * MS),
+                      (rank, "dltrace.dataloader", t * MS, (t + 10) * MS),
+                      (rank, "dltrace.forward", (t + 10) * MS, (t + 10 + fwd) * MS),
+                      (rank, "dltrace.backward", (t + 10 + fwd) * MS, (t + 10 + fwd + 80) * MS),
+                      (rank, "dltrace.optimizer", (t + 10 + fwd + 80) * MS, (t + 10 + fwd + 90) * MS)]
+    write_literal(path, items)
+    return path
+
+
+def test_one_region_doubled(tmp_path: Path) -> None:
+    a = run(tmp_path / "a", forward=50)
+    b = run(tmp_path / "b", forward=100)
+    df, sa, sb = diff.diff(a, b)
+    assert (sa.label, sb.label) == ("a", "b")
+    changed = df[df["delta_ms"].abs() > 1e-9]
+    # the forward pass, the compute phase and the step each grew by 50 ms, nothing else moved
+    assert sorted(zip(changed["kind"], changed["name"], strict=True)) == [
+        ("phase", "compute"), ("phase", "step"), ("region", "dltrace.forward")]
+    fwd = df[df["name"] == "dltrace.forward"].iloc[0]
+    assert fwd["a_ms"] == pytest.approx(np.mean(JITTER[1:]) + 50)  # steps 1-7: step 0 is warm-up
+    assert fwd["delta_ms"] == pytest.approx(50.0)
+    assert fwd["change_pct"] == pytest.approx(100 * 50 / fwd["a_ms"])
+    assert fwd["n_a"] == fwd["n_b"] == 7 and fwd["over"] == "steps" and fwd["significant"]
+    # equal jitter on both sides: the interval is centered on 50 and holds it
+    assert fwd["ci_low"] < 50 < fwd["ci_high"] and fwd["ci_high"] - 50 == pytest.approx(50 - fwd["ci_low"])
+    assert list(df.index[:3]) == [0, 1, 2] and set(df["name"][:3]) == {"compute", "step", "dltrace.forward"}
+    text = diff.text(df, sa, sb)
+    assert "dltrace.forward" in text and "over steps" in text
+
+
+def test_replications_make_the_interval_over_runs(tmp_path: Path) -> None:
+    for name, fwd in (("r1", 50), ("r2", 52), ("s1", 60), ("s2", 61)):
+        path = run(tmp_path / ("A" if name[0] == "r" else "B") / name, fwd)
+        (path / "run.json").write_text(json.dumps({"status": "ok", "params": {}}))
+    df, sa, sb = diff.diff(tmp_path / "A", tmp_path / "B")
+    fwd = df[df["name"] == "dltrace.forward"].iloc[0]
+    assert fwd["over"] == "runs" and fwd["n_a"] == fwd["n_b"] == 2
+    assert fwd["delta_ms"] == pytest.approx(60.5 - 51)
+
+
+def test_sweep_configuration_and_bad_sides(tmp_path: Path) -> None:
+    for name, config in (("run-1", 1), ("run-2", 2)):
+        path = run(tmp_path / "sweep" / name, 50 + 10 * config)
+        (path / "run.json").write_text(json.dumps({"status": "ok", "sweep": {"config": config}}))
+    assert diff.side(f"{tmp_path}/sweep@2").runs == [tmp_path / "sweep" / "run-2"]
+    with pytest.raises(AnalyzeError, match="configuration 3 of .* has no successful traced run"):
+        diff.side(f"{tmp_path}/sweep@3")
+    with pytest.raises(AnalyzeError, match="no such run or directory"):
+        diff.side(tmp_path / "nothing")
+
+
+def test_welch_interval() -> None:
+    d, lo, hi = diff.welch(np.array([1.0, 2.0, 3.0]), np.array([2.0, 3.0, 4.0]))
+    # equal variances 1, n 3: se = sqrt(2/3), dof 4, t(0.975; 4) = 2.776
+    assert d == 1.0 and hi - d == pytest.approx(2.7764 * np.sqrt(2 / 3), rel=1e-4) and lo == pytest.approx(2 - hi)

@@ -1,0 +1,120 @@
+"""The pages on why a step is slow, and the timeline's lanes: the drawn layers' data."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+import pandas as pd
+from matplotlib import pyplot as plt
+
+import analyze
+from analyze import views
+from analyze.tables.causes import views as cause_views
+from analyze.views import RunLabel
+from reports import causes, figures
+from reports.theme import LANE_COLORS, PHASE_COLORS
+from tests.analyze.test_delays import step
+from tests.literal import write_literal
+
+matplotlib.use("Agg")
+LABEL = RunLabel("run", "pytorch-ddp", 3, {})
+MS = 1_000_000
+
+
+def drawn(plot):  # type: ignore[no-untyped-def]
+    fig = plot.draw()
+    plt.close(fig)
+    return plot
+
+
+def straggler_run(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Three ranks, four steps; rank 2's data loading is 30 ms slow at steps 1-2."""
+    items = []
+    for s in range(4):
+        for rank in range(3):
+            items += step(rank, 200 * s, 40 if rank == 2 and s in (1, 2) else 10, 50, 50)
+    write_literal(tmp_path / "run", items)
+    return analyze.open(tmp_path / "run")
+
+
+def test_root_causes_page_stacks_idle_by_cause(tmp_path: Path) -> None:
+    db = straggler_run(tmp_path)
+    per_step = cause_views.cause_steps(db)
+    assert per_step.to_dict("list") == {"step": [1, 2], "cause": ["rank 2: dltrace.dataloader"] * 2,
+                                        "ms": [60.0, 60.0]}  # two ranks waited 30 ms each
+    plot = drawn(causes.root_causes(per_step, cause_views.delay_lines(db), LABEL))
+    data = plot.layers[0].data
+    assert sorted(zip(data["x"], data["ymax"] - data["ymin"], strict=True)) == [(1, 60.0), (2, 60.0)]
+    assert "rank 2's dltrace.dataloader at steps 1-2 caused 120.0 ms" in plot.labels.subtitle
+
+
+def test_critical_path_page_shows_ranks_and_the_balanced_time(tmp_path: Path) -> None:
+    db = straggler_run(tmp_path)
+    per_rank, steps = cause_views.path_steps(db)
+    plot = drawn(causes.critical_path(per_rank, steps, LABEL))
+    bars, points = plot.layers
+    # steps 1 and 2: the path runs on rank 2 until the allreduce, then on the rank that ended
+    heights = bars.data.groupby("x")["ymax"].max().round(6).to_dict()
+    assert heights == {0: 160.0, 1: 160.0, 2: 160.0, 3: 160.0}
+    # balanced: the two ranks that waited 30 ms work 130, rank 2 160: mean 140
+    assert dict(zip(points.data["x"], points.data["y"].round(6), strict=True)) == {0: 160.0, 1: 140.0, 2: 140.0,
+                                                                               3: 160.0}
+    assert "imbalance cost 40.0 of 640.0 ms" in plot.labels.subtitle
+
+
+def test_overlap_page_splits_hidden_and_exposed() -> None:
+    steps = pd.DataFrame({"rank": [0, 0, 0, 0], "step": [0, 0, 1, 1], "part": ["hidden", "exposed"] * 2,
+                          "ms": [20.0, 5.0, 10.0, 10.0]})
+    summary = pd.DataFrame({"rank": [0], "kind": ["all"], "overlap": [0.6]})
+    plot = drawn(causes.overlap(steps, summary, RunLabel("r", None, 1, {})))
+    data = plot.layers[0].data
+    got = sorted(zip(data["x"], (data["ymax"] - data["ymin"]).round(6), data["fill"], strict=True))
+    assert got == sorted([(0, 5.0, PHASE_COLORS["allreduce"]), (0, 20.0, PHASE_COLORS["compute"]),
+                          (1, 10.0, PHASE_COLORS["allreduce"]), (1, 10.0, PHASE_COLORS["compute"])])
+    assert "rank 0: 60%" in plot.labels.subtitle
+
+
+def test_diff_page_puts_the_largest_change_on_top() -> None:
+    table = pd.DataFrame({
+        "kind": ["region", "phase", "collective"], "name": ["dltrace.forward", "compute", "allreduce"],
+        "a_ms": [50.0, 100.0, 5.0], "b_ms": [100.0, 150.0, 4.0], "delta_ms": [50.0, 50.0, -1.0],
+        "ci_low": [48.0, 47.0, -1.5], "ci_high": [52.0, 53.0, -0.5], "change_pct": [100.0, 50.0, -20.0],
+        "n_a": [7] * 3, "n_b": [7] * 3, "over": ["steps"] * 3, "significant": [True] * 3})
+    page = causes.diff_page(table, "a", "b")
+    plot = drawn(page.plot)
+    assert page.slug == "diff"
+    items = list(plot.data["item"].cat.categories)
+    assert items[-1] == "region: dltrace.forward"  # drawn from the top
+    bars = plot.layers[1].data
+    assert sorted(zip(bars["xmin"], bars["xmax"], strict=True)) == [(-1.5, -0.5), (47.0, 53.0), (48.0, 52.0)]
+
+
+def test_timeline_lanes_show_regions_and_bucket_waits(tmp_path: Path) -> None:
+    items = []
+    for rank, issue in ((0, 40), (1, 55)):
+        items += [
+            (rank, "dltrace.step", 0, 100 * MS), (rank, "dltrace.forward", 0, 10 * MS),
+            (rank, "dltrace.backward", 10 * MS, 60 * MS),
+            (rank, "ddp.wait_for_buckets", max(issue, 50) * MS, 60 * MS, {"role": "wait"}),
+            (rank, "torch.distributed.all_reduce", issue * MS, 58 * MS,
+             {"op": "allreduce", "bytes": 100, "lane": True}),
+            (rank, "dltrace.optimizer", 60 * MS, 70 * MS),
+        ]
+    write_literal(tmp_path / "run", items)
+    db = analyze.open(tmp_path / "run")
+    tl = views.timeline(db, (0, 1))
+    lanes = tl.lanes
+    assert lanes is not None
+    r0 = lanes[lanes["rank"] == 0]
+    assert set(zip(r0["lane"], r0["label"], r0["fill"], strict=True)) == {
+        (1, "regions", "forward"), (1, "regions", "backward"), (1, "regions", "wait"),
+        (1, "regions", "optimizer"), (2, "comm lane 0", "allreduce"), (2, "", "waiting")}
+    wait = r0[r0["part"] == "wait"].iloc[0]
+    assert (wait["start_ms"], wait["end_ms"]) == (40.0, 55.0)  # rank 0 waits for rank 1's issue
+    plot = drawn(figures.timeline(tl, views.run_label(db)))
+    phases, lane_rects = plot.layers[:2]
+    assert set(lane_rects.data["fill"]) >= {LANE_COLORS["backward"], LANE_COLORS["waiting"],
+                                            PHASE_COLORS["allreduce"]}
+    ticks = dict(zip(plot.scales.get_scales("y").breaks, plot.scales.get_scales("y").labels, strict=True))
+    assert list(ticks.values()) == ["rank 0", "regions", "comm lane 0", "rank 1", "regions", "comm lane 0"]

@@ -1,0 +1,320 @@
+"""What PyTorch's profiler (Kineto) means by the events of a Chrome trace: streams and threads,
+kernels and NCCL/RCCL collectives, bytes, process groups, steps, launch correlation.
+
+Both sides use it: the analysis imports a directory of per-rank Kineto files
+(:mod:`analyze.readers.kineto`), the instrumentation imports the file torch.profiler wrote
+beside our tracer (:mod:`instrument.hooks.device_activity`). The rules, from the files
+themselves (tests/fixtures/kineto/README.md has real examples):
+
+- Tracks: GPU activity (``cat`` ``kernel`` or ``gpu_*``: ``gpu_memcpy``, ``gpu_memset``,
+  ``gpu_user_annotation``) sits on ``pid`` = device index, ``tid`` = stream: an accelerator
+  stream. Tracks with an integer ``pid`` >= 0 are CPU threads; the rest (``pid`` "Spans",
+  Kineto's own ``overhead`` on ``pid`` -1) are timelines.
+- The main thread holds the ``ProfilerStep#N`` annotations; without them it is the thread whose
+  id is the process id (Linux's main thread), else the busiest CPU thread.
+- A collective kernel is a ``kernel`` named ``nccl...`` or ``rccl...`` (``ncclKernel_*``,
+  ``ncclDevKernel_*``, RCCL's names). Its operation comes from ``args["Collective name"]``,
+  else from the kernel name (``AllReduce``, ``AllGather``...); ``SendRecv`` (NCCL's grouped
+  point-to-point, used for all_to_all and send/recv) and RCCL's ``Generic`` say nothing: None.
+- Bytes: ``In msg nelems`` (``Out msg nelems``) x the size of ``dtype``; None when an arg is
+  missing or the dtype is unknown.
+- Process group: ``Process Group Name`` with ``Process Group Ranks`` (a string "[0, 1]"), or
+  the ranks of that group in ``distributedInfo.pg_config``; without a name, None (the caller
+  uses a default group of all ranks).
+- Launch correlation: a device slice and the CPU slice (a runtime call) with the same
+  ``args.correlation``; where a device slice has none, the ``ac2g`` flow whose finish (``f``)
+  sits at its start and whose start (``s``) sits at the start of a CPU slice.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from traceio.chrome import ChromeTrace, Slice, to_ns
+
+ACCELERATOR_STREAM = "accelerator_stream"
+CPU_THREAD = "cpu_thread"
+TIMELINE = "timeline"
+
+STEP_NAME = re.compile(r"ProfilerStep#\d+")
+MEMORY_CATS = ("gpu_memcpy", "gpu_memset", "memcpy", "memset")
+KERNEL_CAT = "kernel"
+
+# torch's dtype names as Kineto writes them (ScalarType names) -> bytes per element
+DTYPE_BYTES = {
+    "Float": 4, "Float32": 4, "float": 4, "float32": 4, "Half": 2, "Float16": 2, "float16": 2,
+    "BFloat16": 2, "bfloat16": 2, "Double": 8, "Float64": 8, "float64": 8, "Int": 4, "Int32": 4,
+    "int32": 4, "Long": 8, "Int64": 8, "int64": 8, "Short": 2, "Int16": 2, "Byte": 1, "UInt8": 1,
+    "Char": 1, "Int8": 1, "Bool": 1, "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16,
+    "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
+    "UInt16": 2, "UInt32": 4, "UInt64": 8,
+}
+
+# c10d operation names (``Collective name``, lower case, without "_") and NCCL kernel name
+# parts -> OTF2's operation names (what the ``collectives`` table says)
+_OPS = {
+    "allreduce": "allreduce", "allreducecoalesced": "allreduce",
+    "broadcast": "bcast", "bcast": "bcast", "reduce": "reduce",
+    "allgather": "allgather", "allgatherbase": "allgather", "allgathercoalesced": "allgather",
+    "allgatherintotensor": "allgather", "allgatherintotensorcoalesced": "allgather",
+    "reducescatter": "reduce_scatter", "reducescatterbase": "reduce_scatter",
+    "reducescattertensor": "reduce_scatter", "reducescattertensorcoalesced": "reduce_scatter",
+    "alltoall": "alltoall", "alltoallbase": "alltoall", "alltoallsingle": "alltoall",
+    "gather": "gather", "scatter": "scatter", "barrier": "barrier",
+}
+_KERNEL_OP = re.compile(r"^(?:nccl|rccl)(?:Dev)?Kernel_([A-Za-z]+)", re.IGNORECASE)
+_ROLE_OF_OP = {"bcast": "coll_one2all", "scatter": "coll_one2all", "reduce": "coll_all2one",
+               "gather": "coll_all2one", "barrier": "barrier"}
+
+
+def _cat(s: Slice) -> str:
+    """The category in lower case (early Kineto versions wrote Kernel, Memcpy, Memset)."""
+    return s.cat.lower() if isinstance(s.cat, str) else ""
+
+
+def is_device(s: Slice) -> bool:
+    """GPU activity: kernels, memory copies and sets, GPU-side annotations."""
+    c = _cat(s)
+    return c == KERNEL_CAT or c.startswith("gpu_") or c in ("memcpy", "memset")
+
+
+def is_kernel(s: Slice) -> bool:
+    return _cat(s) == KERNEL_CAT
+
+
+def is_memory(s: Slice) -> bool:
+    return _cat(s) in MEMORY_CATS
+
+
+def is_collective_kernel(s: Slice) -> bool:
+    return is_kernel(s) and s.name[:4].lower() in ("nccl", "rccl")
+
+
+def collective_op(s: Slice) -> str | None:
+    """OTF2's name of the operation a collective kernel performs, or None if unknown."""
+    name = (s.args or {}).get("Collective name")
+    if isinstance(name, str):
+        op = _OPS.get(re.sub(r"[^a-z]", "", name.lower()))
+        if op is not None or name.lower() in ("send", "recv", "sendrecv"):
+            return op
+    m = _KERNEL_OP.match(s.name)
+    return _OPS.get(m.group(1).lower()) if m else None
+
+
+def payload(args: dict[str, Any] | None) -> tuple[int | None, int | None]:
+    """(bytes in, bytes out) of a collective kernel from its args; None where unknown."""
+    args = args or {}
+    size = DTYPE_BYTES.get(args.get("dtype"))  # type: ignore[arg-type]
+    if size is None:
+        return None, None
+
+    def nbytes(key: str) -> int | None:
+        n = args.get(key)
+        return n * size if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else None
+
+    return nbytes("In msg nelems"), nbytes("Out msg nelems")
+
+
+def parse_ranks(value: Any) -> list[int] | None:
+    """``"[0, 1]"`` or ``[0, 1]`` -> [0, 1]; None when it is not a list of ranks."""
+    if isinstance(value, list):
+        items: Iterable[Any] = value
+    elif isinstance(value, str) and value.strip().startswith("[") and value.strip().endswith("]"):
+        items = [v for v in value.strip()[1:-1].split(",") if v.strip()]
+    else:
+        return None
+    try:
+        return [int(v) for v in items]
+    except (TypeError, ValueError):
+        return None
+
+
+def process_group(args: dict[str, Any] | None, dist_info: dict[str, Any]) -> tuple[str, list[int]] | None:
+    """(name, member ranks) of the process group a collective kernel ran in, or None."""
+    args = args or {}
+    name = args.get("Process Group Name")
+    if name is None:
+        return None
+    members = parse_ranks(args.get("Process Group Ranks"))
+    if members is None:
+        for pg in dist_info.get("pg_config") or []:
+            if isinstance(pg, dict) and str(pg.get("pg_name")) == str(name):
+                members = parse_ranks(pg.get("ranks"))
+                break
+    if members is None:
+        return None
+    desc = args.get("Process Group Description")
+    return (f"{name} ({desc})" if desc else str(name)), members
+
+
+def role(s: Slice, op: str | None = None) -> str:
+    """The region role (traceio.records.Role values) a slice is recorded with."""
+    if is_collective_kernel(s):
+        return _ROLE_OF_OP.get(op or "", "coll_all2all" if op else "coll_other")
+    if is_kernel(s):
+        return "kernel"
+    if is_memory(s):
+        return "data_transfer"
+    return "function"
+
+
+def is_step(s: Slice) -> bool:
+    return STEP_NAME.fullmatch(s.name) is not None and not is_device(s)
+
+
+# -- tracks -------------------------------------------------------------------------------
+@dataclass
+class Track:
+    pid: Any
+    tid: Any
+    kind: str
+    name: str
+    slices: list[int] = field(default_factory=list)  # indices into trace.slices, nesting order
+    parent: list[int] = field(default_factory=list)  # per position: parent position or -1
+    depth: list[int] = field(default_factory=list)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _names(trace: ChromeTrace) -> tuple[dict[Any, str], dict[tuple[Any, Any], str]]:
+    procs: dict[Any, str] = {}
+    threads: dict[tuple[Any, Any], str] = {}
+    for e in trace.other:
+        if e.get("ph") != "M":
+            continue
+        name = (e.get("args") or {}).get("name")
+        if not isinstance(name, str):
+            continue
+        if e.get("name") == "process_name":
+            procs[e.get("pid")] = name
+        elif e.get("name") == "thread_name":
+            threads[(e.get("pid"), e.get("tid"))] = name.strip()
+    return procs, threads
+
+
+def nest(starts: list[int], ends: list[int]) -> tuple[list[int], list[int], int]:
+    """Parents and depths of intervals given in nesting order (start, then longest first):
+    an interval's parent is the innermost earlier one that contains it. One that only
+    partly overlaps the interval open before it is not its child but follows it at the same
+    level; returns (parent positions (-1 at the top), depths, how many partly overlapped)."""
+    parent, depth = [-1] * len(starts), [0] * len(starts)
+    stack: list[int] = []
+    overlaps = 0
+    for i, (s, e) in enumerate(zip(starts, ends, strict=True)):
+        while stack and not (starts[stack[-1]] <= s and e <= ends[stack[-1]]):
+            if ends[stack[-1]] > s:
+                overlaps += 1
+            stack.pop()
+        parent[i] = stack[-1] if stack else -1
+        depth[i] = len(stack)
+        stack.append(i)
+    return parent, depth, overlaps
+
+
+def tracks(trace: ChromeTrace) -> tuple[list[Track], int]:
+    """The trace's tracks, main thread first, then CPU threads, timelines and streams (each
+    by pid, tid), with their slices in nesting order; and how many slices partly overlap
+    the one open before them on their track (kept, as siblings)."""
+    by_track: dict[tuple[Any, Any], list[int]] = {}
+    device: set[tuple[Any, Any]] = set()
+    steps: dict[tuple[Any, Any], int] = {}
+    for i, s in enumerate(trace.slices):
+        key = (s.pid, s.tid)
+        by_track.setdefault(key, []).append(i)
+        if is_device(s):
+            device.add(key)
+        elif is_step(s):
+            steps[key] = steps.get(key, 0) + 1
+    procs, threads = _names(trace)
+
+    def kind(key: tuple[Any, Any]) -> str:
+        if key in device:
+            return ACCELERATOR_STREAM
+        pid = _int(key[0])
+        return CPU_THREAD if pid is not None and pid >= 0 else TIMELINE
+
+    cpu = [k for k in by_track if kind(k) == CPU_THREAD]
+    stepped = [k for k in cpu if k in steps]
+    main: tuple[Any, Any] | None
+    if stepped:
+        main = min(stepped, key=lambda k: (-steps[k], _order(k)))
+    else:
+        pool = [k for k in cpu if k[0] == k[1]] or cpu
+        main = min(pool, key=lambda k: (-len(by_track[k]), _order(k)), default=None)
+    rank_of_kind = {CPU_THREAD: 0, TIMELINE: 1, ACCELERATOR_STREAM: 2}
+    keys = sorted(by_track, key=lambda k: (k != main, rank_of_kind[kind(k)], _order(k)))
+    out: list[Track] = []
+    overlaps = 0
+    for key in keys:
+        k = kind(key)
+        if k == ACCELERATOR_STREAM:
+            name = f"GPU {key[0]} stream {key[1]}"
+        elif key in threads:
+            name = threads[key]
+        elif k == CPU_THREAD:
+            name = f"thread {key[1]} ({procs[key[0]]})" if key[0] in procs else f"thread {key[1]}"
+        else:
+            name = f"{key[0]} {key[1]}"
+        idx = sorted(by_track[key], key=lambda i: (trace.slices[i].start_ns, -trace.slices[i].end_ns, i))
+        parent, depth, n = nest([trace.slices[i].start_ns for i in idx], [trace.slices[i].end_ns for i in idx])
+        overlaps += n
+        out.append(Track(key[0], key[1], k, name, idx, parent, depth))
+    return out, overlaps
+
+
+def _id(value: Any) -> int:
+    """A correlation or flow id as an integer (-1 when it is not one)."""
+    v = _int(value)
+    return -1 if v is None else v
+
+
+def _order(key: tuple[Any, Any]) -> tuple[int, ...]:
+    """Sort key for (pid, tid): integers first by value, then strings."""
+    return tuple(v for x in key for v in ((0, x) if _int(x) is not None else (1, 0)))
+
+
+# -- launch correlation -------------------------------------------------------------------
+def correlations(trace: ChromeTrace, device_slices: Iterable[int],
+                 cpu_slices: Iterable[int]) -> tuple[list[tuple[int, int, int, str]], int]:
+    """[(launch slice, device slice, correlation id, how)] and the number of device slices
+    left without a launch. ``how`` is ``correlation`` (args.correlation) or ``flow`` (ac2g)."""
+    launch_of: dict[Any, int] = {}
+    cpu_at: dict[tuple[Any, Any, int], int] = {}
+    for i in cpu_slices:
+        s = trace.slices[i]
+        c = (s.args or {}).get("correlation")
+        if c is not None and c not in launch_of:
+            launch_of[c] = i
+        cpu_at.setdefault((s.pid, s.tid, s.start_ns), i)
+    flow_start: dict[Any, tuple[Any, Any, int]] = {}
+    flow_end: dict[tuple[Any, Any, int], Any] = {}
+    for e in trace.other:
+        if e.get("cat") != "ac2g" or not isinstance(e.get("ts"), int | float):
+            continue
+        where = (e.get("pid"), e.get("tid"), trace.base_ns + to_ns(e["ts"]))
+        if e.get("ph") == "s":
+            flow_start[e.get("id")] = where
+        elif e.get("ph") == "f":
+            flow_end[where] = e.get("id")
+    out: list[tuple[int, int, int, str]] = []
+    missing = 0
+    for i in device_slices:
+        s = trace.slices[i]
+        if not (is_kernel(s) or is_memory(s)):
+            continue  # annotations are not launched
+        c = (s.args or {}).get("correlation")
+        if c is not None and c in launch_of:
+            out.append((launch_of[c], i, _id(c), "correlation"))
+            continue
+        fid = flow_end.get((s.pid, s.tid, s.start_ns))
+        at = flow_start.get(fid) if fid is not None else None
+        if at is not None and at in cpu_at:
+            out.append((cpu_at[at], i, _id(fid), "flow"))
+        else:
+            missing += 1
+    return out, missing
