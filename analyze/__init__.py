@@ -9,8 +9,10 @@ Rooms, in data-flow order:
 
 - ``readers/``: a trace into column chunks (intervals, collective records, messages), by
   one of interchangeable readers that give identical rows;
-- ``tables/``: the chunks into the run's DuckDB database, and the tables derived in it
-  (regions classified, steps, matched collectives, the phase model);
+- ``tables/``: the chunks into the run's tables (Parquet, with a DuckDB database of views),
+  and the tables derived from them (regions classified, steps, matched collectives, the
+  phase model), built by stages of independent tasks;
+- ``engine/``: where those tasks run (threads of this process, or a Dask cluster);
 - ``views.py``, ``background.py``: tables the figures and summaries are drawn from;
 - ``experiments/``: across the runs of a sweep (``analyze compare``);
 - ``schema.py``: every table declared once; ``errors.py``: the user-facing error;

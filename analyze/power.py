@@ -143,7 +143,7 @@ def timeline(con: duckdb.DuckDBPyConnection, max_pieces: int = 2000) -> tuple[pd
         if not len(st["start_ns"]):
             continue
         starts, ends = np.asarray(st["start_ns"], np.int64), np.asarray(st["end_ns"], np.int64)
-        seg = segments(con, int(starts.min()), int(ends.max()), rank=rank)
+        seg = segments(con, int(starts.min()), int(ends.max()), ranks=[rank])
         mine = sweep_intervals(seg["start"].to_numpy(), seg["end"].to_numpy(), seg["level"].to_numpy(),
                                starts, ends)
         for device in pages.loc[pages["shade_rank"] == rank, "device"]:

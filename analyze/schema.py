@@ -12,7 +12,9 @@ from enum import StrEnum
 
 from traceio.records import Device
 
-SCHEMA_VERSION = 3  # 2: metrics and energy tables; 3: the device, Kineto and cause tables (older databases are rebuilt)
+# 2: metrics and energy tables; 3: the device, Kineto and cause tables; 4: tables stored as
+# Parquet under RUN/tables, views in the database (older databases are rebuilt)
+SCHEMA_VERSION = 4
 
 
 class Phase(StrEnum):
@@ -78,6 +80,9 @@ class Table:
     name: str
     doc: str
     columns: tuple[Column, ...]
+    # Stored as a Parquet dataset split hive-style by this column (RUN/tables/<name>/rank=N/),
+    # so each rank's rows are written and read on their own; None: one file per table.
+    partition_by: str | None = None
 
     def ddl(self, name: str | None = None) -> str:
         cols = ",\n    ".join(f"{c.name} {c.type}" for c in self.columns)
@@ -88,8 +93,8 @@ class Table:
         return [c.name for c in self.columns]
 
 
-def _t(name: str, doc: str, *cols: tuple[str, str, str]) -> Table:
-    return Table(name, doc, tuple(Column(*c) for c in cols))
+def _t(name: str, doc: str, *cols: tuple[str, str, str], partition_by: str | None = None) -> Table:
+    return Table(name, doc, tuple(Column(*c) for c in cols), partition_by)
 
 
 RUNS = _t(
@@ -154,6 +159,7 @@ INTERVALS = _t(
     ("duration_ns", "BIGINT", "inclusive time, end_ns - start_ns"),
     ("exclusive_ns", "BIGINT", "duration minus the durations of direct children"),
     ("truncated", "BOOLEAN", "no Leave was recorded; closed at the location's last event"),
+    partition_by="rank",
 )
 
 COMMUNICATORS = _t(
@@ -190,6 +196,7 @@ COLLECTIVES = _t(
     ("source", "VARCHAR", "CollectiveSource: record (an OTF2 collective record) or name (a region "
      "recognized by a name pattern: op from the pattern, bytes and root NULL, comm_id a negative "
      "inferred group per library, matched by order)"),
+    partition_by="rank",
 )
 
 P2P = _t(
@@ -208,6 +215,7 @@ P2P = _t(
     ("seq", "BIGINT", "n-th message between this sender and receiver with this comm and tag"),
     ("partner_enter_ns", "BIGINT", "enter of the matching event's region on the peer; NULL if unmatched"),
     ("wait_ns", "BIGINT", "late sender: receive-side time waiting for the send to start"),
+    partition_by="rank",
 )
 
 STEPS = _t(
@@ -218,6 +226,7 @@ STEPS = _t(
     ("end_ns", "BIGINT", "end"),
     ("duration_ns", "BIGINT", "end - start"),
     ("source", "VARCHAR", "marker (dltrace.step regions), region:<name> (--step-region), or whole_run"),
+    partition_by="rank",
 )
 
 PHASES = _t(
@@ -226,6 +235,7 @@ PHASES = _t(
     ("step", "INTEGER", "step"),
     ("phase", "VARCHAR", "Phase: compute, allreduce, other_comm, idle or other"),
     ("duration_ns", "BIGINT", "time"),
+    partition_by="rank",
 )
 
 # --- metrics, power and energy (docs/energy.md) ------------------------------------------
@@ -293,6 +303,7 @@ METRICS = _t(
     ("mode", "VARCHAR", "metric mode"),
     ("time_ns", "BIGINT", "sample time"),
     ("value", "DOUBLE", "the sample in unit (x base^exponent applied)"),
+    partition_by="rank",
 )
 
 POWER = _t(
@@ -426,6 +437,7 @@ DEVICE_PHASES = _t(
     ("phase", "VARCHAR", "DevicePhase: compute, comm_hidden, comm_exposed, memory or idle"),
     ("host", "VARCHAR", "HostActivity: what the main thread was in meanwhile (dataloader, backward, ...)"),
     ("duration_ns", "BIGINT", "time"),
+    partition_by="rank",
 )
 
 CORRELATIONS = _t(
@@ -442,6 +454,7 @@ CORRELATIONS = _t(
     ("start_ns", "BIGINT", "device activity start"),
     ("end_ns", "BIGINT", "device activity end"),
     ("source", "VARCHAR", "correlation (args.correlation) or flow (an ac2g flow)"),
+    partition_by="rank",
 )
 
 CHROME_EVENTS = _t(
@@ -822,7 +835,11 @@ DIFF = _t(
 
 def markdown() -> str:
     """The schema as Markdown (docs/schema.md is generated from this)."""
-    out = ["# Tables written by `analyze phases`", "", __doc__.strip().split("\n\n", 1)[1], ""]
+    out = ["# Tables written by `analyze phases`", "", __doc__.strip().split("\n\n", 1)[1], "",
+           "Each table is a Parquet dataset, `RUN/tables/<table>/`; those marked *per rank* are "
+           "split into one folder per rank (`rank=N/`, hive style: the rank is in the folder "
+           "name, not in the files). `RUN/trace.duckdb` holds a view of each (docs/scale.md), except "
+           "for the cause tables (overlap ... rank_balance), which are its own tables.", ""]
     out += _markdown_tables(TABLES)
     out += ["## Categorical values", ""]
     out += [f"- `phase`: {', '.join(p.value for p in Phase)}"]
@@ -847,7 +864,8 @@ def markdown() -> str:
 def _markdown_tables(tables: tuple[Table, ...]) -> list[str]:
     out = []
     for t in tables:
-        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | meaning |", "|---|---|---|"]
+        where = f" Per {t.partition_by}: `{t.name}/{t.partition_by}=N/`." if t.partition_by else ""
+        out += [f"## `{t.name}`", "", t.doc + where, "", "| column | type | meaning |", "|---|---|---|"]
         out += [f"| `{c.name}` | {c.type} | {c.doc} |" for c in t.columns]
         out.append("")
     return out

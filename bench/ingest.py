@@ -1,4 +1,4 @@
-"""OTF2 -> DuckDB: the native reader against the ``otf2`` package's Python API, end to end.
+"""OTF2 -> tables: the native reader against the ``otf2`` package's Python API, end to end.
 
     python -m bench.ingest --events 1M --repeat 5                      # both readers, ratio
     python -m bench.ingest --events 10M,100M --readers native --repeat 3
@@ -7,9 +7,9 @@ The stages are measured each in its own process, on the same synthetic archive
 (``bench.synth``, cached under ~/.cache/dltrace/bench), the readers taking turns:
 
 - ``read``: OTF2 -> the reader's column chunks in memory (``analyze.readers.dispatch.read``), no DuckDB;
-- ``ingest``: OTF2 -> DuckDB tables: decoding, interval building and loading the rows (the
+- ``ingest``: OTF2 -> Parquet tables: decoding, interval building and writing the rows (the
   intervals table, with exclusive times, and the raw collective and message rows); the first
-  stage of ``analyze.tables.database.build``, alone;
+  stage of ``analyze.tables.database.build`` (its read tasks on the local engine), alone;
 - ``build``: ``analyze phases`` end to end on a fresh database (``analyze.tables.database.build``
   with ``force=True``, then the phase summary): ingest, then the SQL and vectorized steps that
   match collectives and messages and derive steps and phases;
@@ -45,12 +45,21 @@ def child(stage: str, run: str, reader: str, db: str) -> None:
         used, _, chunks = dispatch.read(database.resolve(run, db).anchor, 500_000, reader)
         events = sum(c.events for c in chunks)
     elif stage == "ingest":
-        # database.build's first stage alone (its private helpers: no public entry point needed)
-        Path(db).unlink(missing_ok=True)
-        with duckdb.connect(db) as con:
-            database._create_tables(con)
-            used, _, stats = database._read(con, database.resolve(run, db), 500_000, reader)
-            events = stats.events
+        # database.build's first stage alone (its stage functions: no public entry point needed)
+        from analyze.engine.local import LocalEngine
+        from analyze.tables import stages
+
+        used, defs = dispatch.definitions(database.resolve(run, db).anchor, reader)
+        engine = LocalEngine()
+        plan = stages.plan(defs, used, engine.workers)
+        main_locations, main_regions = stages.main_of(defs)
+        with tempfile.TemporaryDirectory(prefix="bench-ingest-", dir=Path(db).parent) as root:
+            spec = stages.Spec(str(database.resolve(run, db).anchor), root, used, defs.global_offset,
+                               defs.resolution, plan.buckets, main_locations=main_locations,
+                               main_regions=main_regions, group_starts=plan.group_starts)
+            stages.prepare_directories(spec)
+            events = sum(s.stats.events for s in engine.run("read", stages.read, plan.read, spec))
+            stages.release(root)
     else:
         paths = database.build(run, db=db, force=True, reader=reader, causes=stage == "causes")
         with duckdb.connect(str(paths.db), read_only=True) as con:

@@ -43,7 +43,9 @@ ROOMS: dict[str, set[str]] = {
     "analyze.errors": set(),
     "analyze.schema": {"traceio"},  # the device names our power channels carry
     "analyze.readers": {"traceio", "analyze.errors"},
-    "analyze.tables": {"analyze.readers", "analyze.schema", "analyze.errors", "analyze.energy", "traceio"},
+    "analyze.tables": {"analyze.readers", "analyze.schema", "analyze.errors", "analyze.engine",
+                       "analyze.energy", "traceio"},
+    "analyze.engine": {"analyze.errors"},  # runs tasks it is given; knows nothing of tables
     "analyze.energy": {"analyze.schema", "traceio"},
     "analyze.power": {"analyze.tables", "analyze.views", "analyze.schema", "analyze.energy"},
     "analyze.tables.causes": {"analyze.tables", "analyze.schema"},

@@ -1,4 +1,4 @@
-"""``analyze phases RUN``: build the run's database and print its phase breakdown per rank."""
+"""``analyze phases RUN``: build the run's tables and print its phase breakdown per rank."""
 
 from __future__ import annotations
 
@@ -7,13 +7,16 @@ from pathlib import Path
 
 from analyze.cli.common import display
 
+ENGINES = ("local", "dask")  # analyze.engine.choose.ENGINES, without loading the engines
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "phases", help="per rank and step: compute, allreduce, other communication and idle time",
         description="Read RUN's OTF2 archive (ours or Score-P's), or a directory of per-rank Kineto "
-        "(torch.profiler) JSON files, into RUN/trace.duckdb and print the phase breakdown per rank "
-        "(and on the accelerators, where the trace has device streams).")
+        "(torch.profiler) JSON files, into Parquet tables under RUN/tables and the database "
+        "RUN/trace.duckdb, and print the phase breakdown per rank (and on the accelerators, where "
+        "the trace has device streams).")
     p.add_argument("run", type=Path, metavar="RUN", help="run directory, Score-P experiment, .otf2 file or directory of Kineto files")
     p.add_argument("--force", action="store_true", help="rebuild the database even if it is current")
     p.add_argument("--step-region", metavar="NAME",
@@ -22,6 +25,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="name patterns tried before the defaults (format: docs/frameworks.md; "
                         "analyze patterns RUN shows what each region got)")
     p.add_argument("--db", type=Path, help="database file (default RUN/trace.duckdb)")
+    p.add_argument("--engine", choices=ENGINES, default="local",
+                   help="where the work runs: threads of this process (local, the default) or a "
+                   "Dask cluster (dask; docs/scale.md)")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="with --engine dask: a scheduler address (tcp://host:8786) or scheduler "
+                   "file; 'slurm' to start workers as Slurm jobs (dask-jobqueue), 'mpi' inside "
+                   "mpirun (dask-mpi); default: a cluster on this machine's cores")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="worker threads (local) or processes (dask's own cluster, slurm); "
+                   "default: one per core")
     p.set_defaults(command=run)
 
 
@@ -29,10 +42,27 @@ def run(ns: argparse.Namespace) -> int:
     import duckdb
 
     from analyze import background, power
+    from analyze.engine import Engine, make
+    from analyze.errors import AnalyzeError
     from analyze.tables import database, device_phases, phases
 
-    paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
-                           patterns=ns.patterns)
+    if ns.workers is not None and ns.workers < 1:
+        raise AnalyzeError(f"--workers must be at least 1, not {ns.workers}")
+
+    def engine() -> Engine:
+        return make(ns.engine, workers=ns.workers, scheduler=ns.scheduler)
+
+    if ns.scheduler == "mpi":
+        # every rank but one becomes the cluster here, before anything else happens
+        ready = engine()
+        try:
+            paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
+                                   patterns=ns.patterns, engine=ready)
+        finally:
+            ready.close()
+    else:  # made only if the tables need building
+        paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
+                               patterns=ns.patterns, engine=engine)
     with duckdb.connect(str(paths.db), read_only=True) as con:
         table = phases.summary(con)
         source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
@@ -62,4 +92,5 @@ def run(ns: argparse.Namespace) -> int:
         print("steps: no step markers found; each rank's whole trace is one step "
               "(use --step-region NAME to split it)")
     print(f"database: {display(paths.db)}")
+    print(f"tables:   {display(paths.tables)}/<table>/ (Parquet)")
     return 0

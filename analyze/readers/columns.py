@@ -8,12 +8,16 @@ events into the same four row kinds, applying exactly these rules per location:
   topmost instance of its region: instances above it are closed at the same time first
   (marked truncated). A Leave whose region is not open is ignored and counted. Instances
   still open after the last event of the location are closed at that event's time
-  (truncated). A row is emitted when the instance closes.
+  (truncated). A row is emitted when the instance closes, with its exclusive time: its
+  duration minus the durations of its direct children (which all closed before it).
 - **Collectives**: MpiCollectiveBegin notes the topmost open instance (the region performing
   the collective) and the time; the next MpiCollectiveEnd on the location completes the row.
-  An End without a Begin is ignored and counted.
+  An End without a Begin is ignored and counted. The row carries the performing instance's
+  region, enter and leave times (without one: -1 and the records' own times), so it is
+  emitted once that instance has closed.
 - **Messages**: MpiSend/MpiIsend (direction 0) and MpiRecv/MpiIrecv (direction 1), each with
-  the topmost open instance at that moment.
+  the topmost open instance at that moment and its enter and leave times (without one: the
+  message's time), emitted once it has closed.
 - **Metric samples**: one row per value of a Metric event: the metric it references (a
   MetricClass or MetricInstance), the value's position among the class's members and the
   value as a float64 (INT64 and UINT64 values converted as C converts them: round to nearest).
@@ -34,17 +38,18 @@ import numpy as np
 INTERVAL_COLUMNS = {
     "location_id": np.int64, "rank": np.int32, "idx": np.int64, "parent_idx": np.int64,
     "depth": np.int32, "region_id": np.int64, "start_ns": np.int64, "end_ns": np.int64,
-    "truncated": np.bool_,
+    "truncated": np.bool_, "exclusive_ns": np.int64,
 }
 COLLECTIVE_COLUMNS = {
     "location_id": np.int64, "rank": np.int32, "interval_idx": np.int64, "begin_ns": np.int64,
     "end_ns": np.int64, "op": np.int32, "comm_id": np.int64, "root": np.int64,
-    "bytes_sent": np.int64, "bytes_recv": np.int64,
+    "bytes_sent": np.int64, "bytes_recv": np.int64, "region_id": np.int64, "enter_ns": np.int64,
+    "leave_ns": np.int64,
 }
 MESSAGE_COLUMNS = {
     "location_id": np.int64, "rank": np.int32, "direction": np.int8, "peer": np.int64,
     "comm_id": np.int64, "tag": np.int64, "bytes": np.int64, "time_ns": np.int64,
-    "interval_idx": np.int64,
+    "interval_idx": np.int64, "enter_ns": np.int64, "leave_ns": np.int64,
 }
 METRIC_COLUMNS = {
     "location_id": np.int64, "rank": np.int32, "metric_id": np.int64, "member_index": np.int32,
@@ -166,18 +171,21 @@ class Chunk:
 
 
 class _Columns:
-    """Growable column buffers for one row kind."""
+    """Growable column buffers for one row kind. Rows whose last column is still None wait for
+    their performing instance to close; only the rows before the first of them are taken."""
 
     def __init__(self, spec: Mapping[str, type]):
         self.spec = spec
-        self.rows: list[tuple] = []
+        self.rows: list[tuple | list] = []
+        self.waiting = 0
 
     def take(self) -> dict[str, np.ndarray]:
-        cols = list(zip(*self.rows, strict=True)) if self.rows else [() for _ in self.spec]
-        out: dict[str, np.ndarray] = {
-            name: np.array(col, dtype=dt) for (name, dt), col in zip(self.spec.items(), cols, strict=True)}
-        self.rows = []
-        return out
+        n = len(self.rows)
+        if self.waiting:
+            n = next(i for i, row in enumerate(self.rows) if row[-1] is None)
+        taken, self.rows = self.rows[:n], self.rows[n:]
+        cols = list(zip(*taken, strict=True)) if taken else [() for _ in self.spec]
+        return {name: np.array(col, dtype=dt) for (name, dt), col in zip(self.spec.items(), cols, strict=True)}
 
 
 class IntervalBuilder:
@@ -190,26 +198,39 @@ class IntervalBuilder:
         self.messages = _Columns(MESSAGE_COLUMNS)
         self.metrics = _Columns(METRIC_COLUMNS)
         self.stats = ReadStats()
-        # per location: stack of [region, idx, start]; next idx; pending collective; last time
-        self._stacks: dict[int, list[tuple[int, int, int]]] = {}
+        # per location: stack of [region, idx, start, children's ns]; next idx; pending
+        # collective; last time
+        self._stacks: dict[int, list[list[int]]] = {}
         self._next: dict[int, int] = {}
-        self._coll: dict[int, tuple[int, int]] = {}
+        # per location: the open collective [instance idx, begin, region, enter, leave or None]
+        self._coll: dict[int, list] = {}
+        self._waiting: dict[tuple[int, int], list[tuple[_Columns, list]]] = {}  # (loc, idx) -> rows
         self._last: dict[int, int] = {}
 
-    def _close(self, loc: int, stack: list[tuple[int, int, int]], t: int, truncated: bool) -> None:
-        region, idx, start = stack.pop()
-        parent = stack[-1][1] if stack else -1
+    def _close(self, loc: int, stack: list[list[int]], t: int, truncated: bool) -> None:
+        region, idx, start, children = stack.pop()
+        parent = -1
+        if stack:
+            parent = stack[-1][1]
+            stack[-1][3] += t - start
         self.intervals.rows.append(
-            (loc, self.rank_of[loc], idx, parent, len(stack), region, start, t, truncated)
+            (loc, self.rank_of[loc], idx, parent, len(stack), region, start, t, truncated,
+             t - start - children)
         )
         if truncated:
             self.stats.truncated += 1
+        for table, row in self._waiting.pop((loc, idx), ()):
+            row[-1] = t
+            table.waiting -= 1
+        coll = self._coll.get(loc)
+        if coll is not None and coll[0] == idx:
+            coll[4] = t
 
     def enter(self, loc: int, t: int, region: int) -> None:
         stack = self._stacks.setdefault(loc, [])
         idx = self._next.get(loc, 0)
         self._next[loc] = idx + 1
-        stack.append((region, idx, t))
+        stack.append([region, idx, t, 0])
         self._last[loc] = t
 
     def leave(self, loc: int, t: int, region: int) -> None:
@@ -237,8 +258,17 @@ class IntervalBuilder:
         self._last[loc] = t
 
     def collective_begin(self, loc: int, t: int) -> None:
-        self._coll[loc] = (self._top(loc), t)
+        stack = self._stacks.get(loc)
+        top = stack[-1] if stack else None
+        self._coll[loc] = [top[1], t, top[0], top[2], None] if top else [-1, t, -1, t, None]
         self._last[loc] = t
+
+    def _row(self, table: _Columns, loc: int, idx: int, row: list) -> None:
+        """Append ``row``; if its leave (last column) is None it waits for instance ``idx``."""
+        table.rows.append(row)
+        if row[-1] is None:
+            table.waiting += 1
+            self._waiting.setdefault((loc, idx), []).append((table, row))
 
     def collective_end(
         self, loc: int, t: int, op: int, comm: int, root: int, sent: int, recv: int
@@ -249,17 +279,20 @@ class IntervalBuilder:
             self.stats.unmatched_collective_ends += 1
             return
         root = -1 if root == UNDEFINED_U32 else root
-        self.collectives.rows.append(
-            (loc, self.rank_of[loc], begin[0], begin[1], t, op, comm, root, sent, recv)
-        )
+        idx, begin_t, region, enter, leave = begin
+        self._row(self.collectives, loc, idx, [
+            loc, self.rank_of[loc], idx, begin_t, t, op, comm, root, sent, recv, region, enter,
+            t if idx < 0 else leave])
 
     def message(
         self, loc: int, t: int, direction: int, peer: int, comm: int, tag: int, length: int
     ) -> None:
         self._last[loc] = t
-        self.messages.rows.append(
-            (loc, self.rank_of[loc], direction, peer, comm, tag, length, t, self._top(loc))
-        )
+        stack = self._stacks.get(loc)
+        idx, enter = (stack[-1][1], stack[-1][2]) if stack else (-1, t)
+        self._row(self.messages, loc, idx, [
+            loc, self.rank_of[loc], direction, peer, comm, tag, length, t, idx, enter,
+            None if stack else t])
 
     def metric(self, loc: int, t: int, metric: int, values: list[float]) -> None:
         self._last[loc] = t
@@ -273,8 +306,9 @@ class IntervalBuilder:
                 self._close(loc, stack, self._last[loc], True)
 
     def pending_rows(self) -> int:
-        return (len(self.intervals.rows) + len(self.collectives.rows) + len(self.messages.rows)
-                + len(self.metrics.rows))
+        """Rows a :meth:`take` would hand out, about (rows after one still waiting count too)."""
+        return (len(self.intervals.rows) + len(self.collectives.rows) - self.collectives.waiting
+                + len(self.messages.rows) - self.messages.waiting + len(self.metrics.rows))
 
     def take(self, events: int, last: bool = False) -> Chunk:
         return Chunk(self.intervals.take(), self.collectives.take(), self.messages.take(), events,

@@ -196,6 +196,7 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
         ev: list[tuple] = []
         for track, loc in zip(lay.tracks, lay.location_ids, strict=True):
             device = track.kind == kineto.ACCELERATOR_STREAM
+            exclusive = _exclusive(t, track)
             for pos, i in enumerate(track.slices):
                 s = t.slices[i]
                 is_coll = device and kineto.is_collective_kernel(s)
@@ -208,7 +209,7 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                     rid = regions[key] = len(defs.regions)
                     defs.regions.append(RegionDef(rid, s.name, s.name, "user", key[1], None, None))
                 iv.append((loc, rank, pos, track.parent[pos], track.depth[pos], rid,
-                           s.start_ns - off, s.end_ns - off, s.truncated))
+                           s.start_ns - off, s.end_ns - off, s.truncated, exclusive[pos]))
                 ev.append((loc, pos, s.cat, _json(s.args), _json(s.extra)))
                 if is_coll:
                     group = kineto.process_group(args, info)
@@ -219,7 +220,8 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                     if gkey not in comms:
                         comms[gkey] = len(defs.comms)
                         defs.comms.append(CommDef(comm_id=comms[gkey], name=gkey[0], members=list(gkey[1])))
-                    coll.append(_collective(s, args, op, loc, rank, pos, comms[gkey], off, counts))
+                    coll.append(_collective(s, args, op, loc, rank, pos, comms[gkey], off, counts) + (
+                        rid, s.start_ns - off, s.end_ns - off))  # the kernel is its own instance
         device_slices = [i for tr in lay.tracks if tr.kind == kineto.ACCELERATOR_STREAM for i in tr.slices]
         cpu = [i for tr in lay.tracks if tr.kind != kineto.ACCELERATOR_STREAM for i in tr.slices]
         pairs, missing = kineto.correlations(t, device_slices, cpu)
@@ -250,6 +252,17 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                     defs.notes[k] = str(v)
         yield Chunk(_rows(INTERVAL_COLUMNS, iv), _rows(COLLECTIVE_COLUMNS, coll), _rows(MESSAGE_COLUMNS, []),
                     t.events, stats if last else None, tables=tables)
+
+
+def _exclusive(t: ChromeTrace, track: kineto.Track) -> list[int]:
+    """Per slice of ``track``: its duration minus its direct children's (the readers'
+    exclusive time, analyze/readers/columns.py)."""
+    duration = [t.slices[i].end_ns - t.slices[i].start_ns for i in track.slices]
+    out = list(duration)
+    for pos, parent in enumerate(track.parent):
+        if parent >= 0:
+            out[parent] -= duration[pos]
+    return out
 
 
 def _collective(s: chrome.Slice, args: dict[str, Any] | None, op: str | None, loc: int, rank: int, pos: int,

@@ -35,7 +35,8 @@ available = codec.available
 unavailable_reason = codec.unavailable_reason
 
 
-def _definitions(anchor: Path) -> Definitions:
+def definitions(anchor: Path) -> Definitions:
+    """The archive's definitions (read with the ``otf2`` package; they are small)."""
     try:
         reader = otf2.reader.Reader(str(anchor))
     except Exception as e:  # the otf2 package raises several types for bad archives
@@ -76,7 +77,7 @@ def read(anchor: Path, chunk_rows: int = 500_000, threads: int | None = None,
     native = codec.native()
     if native is None:
         raise RuntimeError(f"the native OTF2 reader is not built ({codec.unavailable_reason()})")
-    defs = _definitions(anchor)
+    defs = definitions(anchor)
     declared = {loc.location_id: loc.events for loc in defs.locations}
     readers = []
     try:
@@ -89,6 +90,39 @@ def read(anchor: Path, chunk_rows: int = 500_000, threads: int | None = None,
             r.close()
         raise ReaderError(f"cannot read the events of {anchor}: {e}") from None
     return defs, _chunks(anchor, readers, chunk_rows)
+
+
+def read_locations(anchor: Path, locations: list[tuple[int, int, int]], global_offset: int,
+                   resolution: int, chunk_rows: int = 500_000) -> Iterator[Chunk]:
+    """Chunks of the events of ``locations`` ((location_id, rank, declared events), from the
+    definitions), read one location after the other in the calling thread (the GIL is
+    released while C reads); the last chunk carries the stats. For callers that spread
+    locations over tasks themselves (analyze/tables/stages.py)."""
+    native = codec.native()
+    if native is None:
+        raise RuntimeError(f"the native OTF2 reader is not built ({codec.unavailable_reason()})")
+    try:
+        reader = native.Reader(str(anchor), [x[0] for x in locations], [x[1] for x in locations],
+                               global_offset, resolution, [x[2] for x in locations])
+    except native.Error as e:
+        raise ReaderError(f"cannot read the events of {anchor}: {e}") from None
+    try:
+        finished = not locations
+        while not finished:
+            try:
+                intervals, collectives, messages, metrics, events, finished = reader.read(chunk_rows)
+            except native.Error as e:
+                raise ReaderError(f"cannot read the events of {anchor}: {e}") from None
+            yield Chunk(_table(intervals, INTERVAL_COLUMNS), _table(collectives, COLLECTIVE_COLUMNS),
+                        _table(messages, MESSAGE_COLUMNS), int(events), metrics=_table(metrics, METRIC_COLUMNS))
+        stats = ReadStats(*reader.stats())
+        yield Chunk(_empty(INTERVAL_COLUMNS), _empty(COLLECTIVE_COLUMNS), _empty(MESSAGE_COLUMNS), 0, stats)
+    finally:
+        reader.close()
+
+
+def _empty(spec: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    return {name: np.zeros(0, dtype=dt) for name, dt in spec.items()}
 
 
 def _table(columns: tuple[Any, ...], spec: Mapping[str, Any]) -> dict[str, np.ndarray]:

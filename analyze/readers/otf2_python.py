@@ -207,8 +207,10 @@ def _chunks(reader: Any, defs: Definitions, chunk_rows: int) -> Iterator[Chunk]:
             else:
                 b.touch(loc, t)
             if b.pending_rows() >= chunk_rows:
-                yield b.take(n - consumed)
-                consumed = n
+                chunk = b.take(n - consumed)
+                if any(len(next(iter(t.values()))) for t in (chunk.intervals, chunk.collectives, chunk.messages)):
+                    yield chunk
+                    consumed = n
     except (_otf2.Error, otf2.error.TraceReaderError, ValueError) as e:
         raise ReaderError(f"cannot read the events of {defs.anchor}: {e}") from None
     finally:

@@ -1,13 +1,16 @@
-"""The run's DuckDB database: reader chunks loaded, then the tables derived from them.
+"""The run's tables: Parquet datasets under the run directory and the DuckDB database of views
+over them, built from reader chunks by stages of independent tasks.
 
-Owns the build (:mod:`.database`: a temporary file renamed when complete, reused while
-current), the loading of chunks (:mod:`.loading`), and the derivation steps, each a function
-of the database: regions classified (:mod:`.regions`; by name with the pattern table
+Owns the build (:mod:`.database`: a new tables directory and database per build, put in place
+when complete, reused while current), the on-disk layout (:mod:`.store`: one Parquet dataset
+per table, the per-rank ones partitioned by rank), the stages and their tasks
+(:mod:`.stages`, run by an engine from :mod:`analyze.engine`), and the derivation steps each
+task runs: regions classified (:mod:`.regions`; by name with the pattern table
 :mod:`.patterns`, a user's file :mod:`.pattern_set` and match names :mod:`.names`), steps
 (:mod:`.steps`), communication recognized by name (:mod:`.named`), collectives and messages
 matched across ranks (:mod:`.collectives`), the phase model (:mod:`.phases`) and its
 counterpart on the accelerators' timeline (:mod:`.device_phases`).
 
-May import: :mod:`analyze.readers`, :mod:`analyze.schema`, :mod:`analyze.errors`. Not the
-views, the CLI, ``reports`` or ``instrument``.
+May import: :mod:`analyze.readers`, :mod:`analyze.schema`, :mod:`analyze.errors`,
+:mod:`analyze.engine`. Not the views, the CLI, ``reports`` or ``instrument``.
 """

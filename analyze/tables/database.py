@@ -1,20 +1,37 @@
-"""Build a run's DuckDB database from its OTF2 archive: read, load, derive, rename.
+"""Build a run's tables from its OTF2 archive: Parquet datasets plus a DuckDB database of views.
 
-The database is written to a temporary file beside its final place and renamed when
-complete, so an interrupted or failed build never leaves a half-written database, and two
-analyses of the same run at once each produce a whole one (the last rename wins). A database
-is reused while it is newer than the archive and was built by this schema with the same
-options; ``force`` rebuilds.
+Layout, for the default database ``RUN/trace.duckdb``::
+
+    RUN/trace.duckdb             views over the Parquet files (and build_info)
+    RUN/tables -> .tables/<id>   the current build's tables, one dataset per table:
+    RUN/.tables/<id>/intervals/rank=0/*.parquet, ..., RUN/.tables/<id>/regions/*.parquet
+
+Each build writes a new ``<id>`` directory and a temporary database whose views name it;
+under a lock it then renames the database into place, moves the ``tables`` link, and removes
+the builds before the one it replaced (and those of builds whose process died): a reader of
+the database just replaced keeps its files until the next build. An interrupted or failed
+build therefore never leaves a half-written database or table, two analyses of the same run
+at once each produce a whole one (the last one installed wins), and the database and the
+files it views always belong to the same build. A database is reused while it is newer than the archive and
+was built by this schema with the same options, and its files are still there; ``force``
+rebuilds. Another database path (``db``) keeps its tables beside it, in ``<stem>.tables``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,37 +39,34 @@ from typing import Any
 import duckdb
 import pandas as pd
 
+from analyze.engine import Engine, make
 from analyze.errors import AnalyzeError
 from analyze.readers import dispatch, kineto
-from analyze.readers.columns import (
-    COLLECTIVE_COLUMNS,
-    MESSAGE_COLUMNS,
-    METRIC_COLUMNS,
-    Definitions,
-    ReadStats,
+from analyze.readers.columns import Definitions, ReadStats
+from analyze.schema import (
+    BY_NAME,
+    CAUSE_TABLES,
+    COMMUNICATORS,
+    LOCATIONS,
+    REGIONS,
+    SCHEMA_VERSION,
+    TABLES,
+    Table,
 )
-from analyze.schema import SCHEMA_VERSION, TABLES
-from analyze.tables import pattern_set
+from analyze.tables import metrics, named, pattern_set, stages, steps
 from analyze.tables.causes import build_causes
-from analyze.tables.collectives import build_collectives, build_p2p
-from analyze.tables.device_phases import build_device_phases
 from analyze.tables.energy import build_energy
-from analyze.tables.loading import IntervalLoader, Progress, c_stderr_captured, load_columns
-from analyze.tables.metrics import build_metrics
-from analyze.tables.named import build_named
 from analyze.tables.pattern_set import PatternSet
-from analyze.tables.phases import build_phases
 from analyze.tables.regions import explain
-from analyze.tables.steps import build_steps
+from analyze.tables.store import Store
 from traceio import chrome
 
 DB_NAME = "trace.duckdb"
 BUILD_INFO = "build_info"
-# DuckDB's memory cap while building; it spills to disk beyond. Without one DuckDB takes up to
-# 80% of RAM for the derived tables (3.1 GB RSS at 10^8 events, against 1.3 GB and a few seconds
-# more with 1GB). DLTRACE_BUILD_MEMORY=4GB raises it; "default" leaves DuckDB's own.
+# DuckDB's memory cap while building, per process (the build's own and each Dask worker's);
+# it spills to disk beyond. Without one DuckDB takes up to 80% of RAM. DLTRACE_BUILD_MEMORY=4GB
+# raises it; "default" leaves DuckDB's own.
 DEFAULT_BUILD_MEMORY = "1GB"
-LOAD_THREADS = 2  # connections appending interval rows (two append 1.5-1.6x as fast as one)
 
 
 @dataclass
@@ -64,6 +78,16 @@ class RunPaths:
     @property
     def name(self) -> str:
         return self.run_dir.name
+
+    @property
+    def tables(self) -> Path:
+        """The stable name of the tables directory (a link to the current build's)."""
+        return self.db.parent / ("tables" if self.db.name == DB_NAME else f"{self.db.stem}.tables")
+
+    @property
+    def builds(self) -> Path:
+        """Where each build's tables directory lives."""
+        return self.db.parent / f".{self.tables.name}"
 
 
 def resolve(run: Path | str, db: Path | str | None = None) -> RunPaths:
@@ -97,24 +121,27 @@ def resolve(run: Path | str, db: Path | str | None = None) -> RunPaths:
                 raise AnalyzeError(f"{path} holds no OTF2 archive (no .otf2 anchor file) and no Chrome "
                                    "trace JSON files (torch.profiler's *.pt.trace.json[.gz])")
     if db is not None:
-        return RunPaths(run_dir.resolve(), anchor.resolve(), Path(db))
+        return RunPaths(run_dir.resolve(), anchor.resolve(), Path(db).absolute())
     target = run_dir / db_name
     if not os.access(run_dir, os.W_OK):
-        # Read-only archives (shared fixtures, someone else's runs): keep the database in the cache.
+        # Read-only archives (shared fixtures, someone else's runs): the database and its
+        # tables go to the cache.
         key = hashlib.sha256(str(anchor.resolve()).encode()).hexdigest()[:12]
         cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dltrace" / "analyze"
         cache.mkdir(parents=True, exist_ok=True)
         target = cache / f"{run_dir.name}-{key}.duckdb"
-    return RunPaths(run_dir.resolve(), anchor.resolve(), target)
+    return RunPaths(run_dir.resolve(), anchor.resolve(), target.absolute())
 
 
 def _signature(paths: RunPaths, options: dict[str, Any]) -> str:
-    """What the database was built from: archive files' sizes and times, options, schema."""
+    """What the database was built from: archive files' sizes and times, options, schema, and
+    where it is (its views name their files by absolute path)."""
     files = [paths.anchor, paths.anchor.with_suffix(".def"), paths.run_dir / "run.json"]
     if dispatch.is_chrome(paths.anchor):
         files = kineto.trace_files(paths.anchor)
     stamps = [(str(f.name), f.stat().st_size, f.stat().st_mtime_ns) for f in files if f.exists()]
-    return json.dumps({"schema": SCHEMA_VERSION, "files": stamps, "options": options}, sort_keys=True)
+    return json.dumps({"schema": SCHEMA_VERSION, "files": stamps, "options": options,
+                       "at": str(paths.db.parent.resolve())}, sort_keys=True)
 
 
 def is_current(paths: RunPaths, options: dict[str, Any]) -> bool:
@@ -122,10 +149,10 @@ def is_current(paths: RunPaths, options: dict[str, Any]) -> bool:
         return False
     try:
         with duckdb.connect(str(paths.db), read_only=True) as con:
-            row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'signature'").fetchone()
+            info = dict(con.execute(f"SELECT key, value FROM {BUILD_INFO}").fetchall())
     except duckdb.Error:
         return False
-    return row is not None and row[0] == _signature(paths, options)
+    return info.get("signature") == _signature(paths, options) and Path(info.get("tables", "")).is_dir()
 
 
 def build(
@@ -136,17 +163,21 @@ def build(
     step_region: str | None = None,
     chunk_rows: int = 500_000,
     reader: str = "auto",
+    engine: Engine | Callable[[], Engine] | str | None = None,
     patterns: Path | str | None = None,
     causes: bool = False,
 ) -> RunPaths:
-    """Make sure ``run``'s database exists and is current; return its paths.
+    """Make sure ``run``'s database and tables exist and are current; return their paths.
 
-    ``reader`` picks the OTF2 reader (auto: native where built, else python); both give the
-    same tables, so it is not part of what makes a database current. ``patterns`` is a TOML
-    file of name patterns tried before the defaults (analyze/tables/pattern_set.py); the
-    patterns used, defaults included, are part of what makes a database current. ``causes``
-    also fills the cause tables (overlap, delays, critical path, balance; docs/causes.md),
-    into an existing current database if need be; without it they may be empty.
+    ``reader`` picks the OTF2 reader (auto: native where built, else python) and ``engine``
+    where the work runs: ``local`` (the default) or ``dask`` by name, or a function making an
+    :class:`~analyze.engine.Engine` (called only if there is work; the engine is closed
+    after), or an engine the caller made and closes. Readers and engines give the same
+    tables, so neither is part of what makes a database current. ``patterns`` is a TOML file
+    of name patterns tried before the defaults (analyze/tables/pattern_set.py); the patterns
+    used, defaults included, are part of what makes a database current.
+    ``causes`` also fills the cause tables (overlap, delays, critical path, balance;
+    docs/causes.md), into an existing current database if need be; without it they may be empty.
     """
     paths = resolve(run, db)
     names = pattern_set.load(patterns)
@@ -155,24 +186,39 @@ def build(
         if causes and not has_causes(paths):
             _add_causes(paths)
         return paths
-    paths.db.parent.mkdir(parents=True, exist_ok=True)
-    tmp = paths.db.with_name(f".{paths.db.name}.tmp-{os.getpid()}")
+    _check_link(paths)
+    paths.builds.mkdir(parents=True, exist_ok=True)
+    build_id = f"{time.time_ns():x}-{socket.gethostname()}-{os.getpid()}"
+    root = paths.builds / build_id
+    tmp = paths.db.with_name(f".{paths.db.name}.tmp-{build_id}")
     tmp.unlink(missing_ok=True)
     config = _build_config()
+    own = engine is None or isinstance(engine, str) or not hasattr(engine, "run")
+    if engine is None or isinstance(engine, str):
+        runner: Engine = make(engine or "local")
+    elif own:
+        runner = engine()  # type: ignore[operator]
+    else:
+        runner = engine  # type: ignore[assignment]
     try:
         with duckdb.connect(str(tmp), config=config) as con:
-            _fill(con, paths, chunk_rows, step_region, _signature(paths, options), reader, names)
+            _fill(con, paths, root, runner, chunk_rows, step_region, _signature(paths, options),
+                  reader, config.get("memory_limit"), names)
             if causes:
                 _fill_causes(con)
-        os.replace(tmp, paths.db)
+        _install(paths, tmp, root)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
         Path(str(tmp) + ".wal").unlink(missing_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
         if isinstance(e, duckdb.OutOfMemoryException):
             raise AnalyzeError(f"building {paths.db} ran out of memory ({str(e).splitlines()[0]}); "
                                f"raise DLTRACE_BUILD_MEMORY (now {config.get('memory_limit', 'default')}, e.g. 4GB) or free "
                                "disk space beside the database for DuckDB's spill files") from None
         raise
+    finally:
+        if own:
+            runner.close()
     return paths
 
 
@@ -181,7 +227,8 @@ def _build_config() -> dict[str, Any]:
     memory = os.environ.get("DLTRACE_BUILD_MEMORY") or DEFAULT_BUILD_MEMORY
     if memory.lower() != "default":
         try:
-            duckdb.connect(config={"memory_limit": memory}).close()
+            if memory != DEFAULT_BUILD_MEMORY:  # a size DuckDB accepts: one it can be set to
+                duckdb.connect(config={"memory_limit": memory}).close()
         except duckdb.Error:
             raise AnalyzeError(f"DLTRACE_BUILD_MEMORY={memory!r} is not a memory size; "
                                "give one like 2GB or 500MB, or 'default' for DuckDB's own") from None
@@ -189,81 +236,258 @@ def _build_config() -> dict[str, Any]:
     return config
 
 
-def _create_tables(con: duckdb.DuckDBPyConnection) -> None:
-    for table in TABLES:
-        con.execute(table.ddl())
-    con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
-    for name, spec in (("raw_collectives", COLLECTIVE_COLUMNS), ("raw_messages", MESSAGE_COLUMNS),
-                       ("raw_metrics", METRIC_COLUMNS)):
-        cols = ", ".join(f"{c} {_sql_type(t)}" for c, t in spec.items())
-        con.execute(f"CREATE TEMP TABLE {name} ({cols})")
-
-
-def _sql_type(t: type) -> str:
-    return {"int64": "BIGINT", "int32": "INTEGER", "int8": "TINYINT", "bool": "BOOLEAN", "float64": "DOUBLE"}[
-        pd.api.types.pandas_dtype(t).name]
-
-
-def _read(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
-          reader: str) -> tuple[str, Definitions, ReadStats]:
-    stats = ReadStats()
+def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: Engine, chunk_rows: int,
+          step_region: str | None, signature: str, reader: str, memory: str | None, names: PatternSet) -> None:
+    t0 = time.perf_counter()
+    first_stage = len(engine.stages)  # an engine may have built other runs before
+    store = Store(root)
     notice = dispatch.fallback_notice(reader)
     if notice:
         print(notice, file=sys.stderr)
-    progress = Progress(f"reading {paths.anchor.name}")
-    loader = IntervalLoader(con, LOAD_THREADS)
+    chrome_json = dispatch.is_chrome(paths.anchor)
+    with _archive_errors(chrome_json):
+        used, defs = dispatch.definitions(paths.anchor, reader)
+    # Tables the stages do not write start as DuckDB tables and are exported at the end.
+    for table in TABLES:
+        if table not in stages.STAGE_TABLES:
+            con.execute(table.ddl())
+    categories = _definitions(con, defs, names)
+    _write(con, store, DEFINITIONS)  # the stages read these
+    stats, source, read_s, channels = _run_stages(engine, paths, store, defs, used, chunk_rows, step_region,
+                                                  memory, con, categories)
+    for table in stages.STAGE_TABLES:
+        store.view(con, table)
+    for table in DEFINITIONS:  # as written for the stages
+        con.execute(f"DROP TABLE {table.name}")
+        store.view(con, table)
+    # from the tables the stages wrote: the channels' sample counts, then energy
+    metrics.fill_channels(con, channels)
+    build_energy(con, ours=defs.creator.startswith("dltrace"))
+    _run_row(con, paths, defs, stats, used)
+    # the cause tables stay in the database: the verbs that read them fill them, maybe later
+    tables = {r[0] for r in con.execute("SELECT table_name FROM duckdb_tables() WHERE NOT temporary").fetchall()}
+    _export(con, store, tuple(t for t in TABLES if t.name in tables and t not in CAUSE_TABLES))
+    for table in stages.fill_empty(con, store, tuple(t for t in TABLES if t not in CAUSE_TABLES)):
+        store.view(con, table)  # was a view of no files
+    con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
+    _insert(con, BUILD_INFO, [
+        ("signature", signature), ("step_source", steps.label(source, step_region)), ("patterns", names.origin),
+        *sorted(defs.notes.items()),
+        ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
+        ("unmatched_collective_ends", str(stats.unmatched_collective_ends)), ("tables", str(root)),
+        # how the build ran and where its time went (bench/ reads these; not part of the results)
+        ("engine", engine.name), ("engine_workers", str(engine.workers)),
+        ("stages", json.dumps([dataclasses.asdict(t) for t in engine.stages[first_stage:]])),
+        ("read_seconds", f"{read_s:.3f}"), ("derive_seconds", f"{time.perf_counter() - t0 - read_s:.3f}"),
+    ])
+
+
+def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions, reader: str,
+                chunk_rows: int, step_region: str | None, memory: str | None,
+                con: duckdb.DuckDBPyConnection, categories: dict[int, str],
+                ) -> tuple[ReadStats, str, float, pd.DataFrame]:
+    """The stages of analyze/tables/stages.py on ``engine``: stats, step source, read seconds
+    and the metric channels. Between the read stage and the others, what the read tasks found
+    of the communication recognized by name goes into ``con``'s regions and communicators and
+    their files, and the channels follow from the metrics the samples reference."""
+    t0 = time.perf_counter()
+    plan = stages.plan(defs, reader, engine.workers)
+    main_locations, main_regions = stages.main_of(defs, categories)
+    kinds = [k for (k,) in con.execute("SELECT kind FROM region_patterns").fetchall()]
+    spec = stages.Spec(anchor=str(paths.anchor), root=str(store.root), reader=reader,
+                       global_offset=defs.global_offset, resolution=defs.resolution,
+                       buckets=plan.buckets, chunk_rows=chunk_rows, step_region=step_region,
+                       memory=memory, main_locations=main_locations, main_regions=main_regions,
+                       group_starts=plan.group_starts, comm_regions=stages.comm_of(categories, kinds),
+                       device_locations=tuple(loc.location_id for loc in defs.locations
+                                              if loc.kind == "accelerator_stream" and not loc.is_main))
+    stages.prepare_directories(spec)
+    if spec.comm_regions:
+        spec.work.write(con, stages.REGION_PATTERNS, "SELECT * FROM region_patterns", "data")
+    try:
+        with _archive_errors(dispatch.is_chrome(paths.anchor)):
+            parts = engine.run(f"reading {paths.anchor.name}", stages.read, plan.read, spec,
+                               sizes=plan.read_events, unit="events", partial_progress=True)
+        read_s = time.perf_counter() - t0
+        if spec.comm_regions:
+            seen = named.Seen()
+            for part in parts:
+                if part.named is not None:
+                    seen.add(part.named)
+            groups = named.groups(seen)
+            named.apply(con, groups)
+            _write(con, store, (REGIONS, COMMUNICATORS))  # the inferred groups, the waits' operations
+            spec = dataclasses.replace(spec, named_groups=tuple(sorted(groups.comm_ids.items())))
+        channels = metrics.channels(defs, set().union(*(part.metric_ids for part in parts)))
+        if not channels.empty:
+            con.register("channel_rows", channels)
+            spec.work.write(con, stages.CHANNELS, "SELECT * FROM channel_rows", "data")
+            con.unregister("channel_rows")
+            spec = dataclasses.replace(spec, metrics=True)
+        rank_counts = [len(g[1]) for g in plan.groups]
+        found = engine.run("matching collectives and steps", stages.prepare, plan.groups, spec,
+                           sizes=rank_counts, unit="ranks")
+        counts = {s: sum(f.get(s, 0) for f in found) for s in steps.SOURCES}
+        source = steps.choose(counts, step_region)
+        engine.run("matching across ranks", stages.match, list(range(plan.buckets)), spec)
+        engine.run("phases", stages.finish, plan.groups, spec, source, sizes=rank_counts, unit="ranks")
+    finally:
+        engine.everywhere(stages.release, spec.root)
+    stages.remove_work(spec)
+    stats = ReadStats()
+    for part in parts:
+        stats.events += part.stats.events
+        stats.unmatched_leaves += part.stats.unmatched_leaves
+        stats.truncated += part.stats.truncated
+        stats.unmatched_collective_ends += part.stats.unmatched_collective_ends
+    return stats, source, read_s, channels
+
+
+DEFINITIONS = (LOCATIONS, REGIONS, COMMUNICATORS)  # written before the stages (which read them)
+
+
+def _export(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> None:
+    """DuckDB tables -> Parquet files (partitioned as declared), each replaced by a view."""
+    for table in tables:
+        store.write(con, table, f"SELECT * FROM {table.name}", "data")
+        con.execute(f"DROP TABLE {table.name}")
+        store.view(con, table)
+
+
+def _write(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> None:
+    """DuckDB tables -> Parquet files that replace the tables' earlier ones (the tables stay)."""
+    for table in tables:
+        for old in store.dir(table).glob("*.parquet"):
+            old.unlink()
+        store.write(con, table, f"SELECT * FROM {table.name}", "data")
+
+
+def _install(paths: RunPaths, tmp_db: Path, root: Path) -> None:
+    """Put a finished build in place (see the module docstring), under the run's build lock."""
+    with _locked(paths.builds / "lock"):
+        replaced = paths.tables.resolve() if paths.tables.is_symlink() else None
+        _check_link(paths)
+        (root / INSTALLED).touch()
+        os.replace(tmp_db, paths.db)
+        link = paths.tables.with_name(f".{paths.tables.name}.tmp-{root.name}")
+        link.unlink(missing_ok=True)
+        link.symlink_to(Path(paths.builds.name) / root.name)
+        os.replace(link, paths.tables)
+        # the build just replaced stays until the next one: whoever opened its database a
+        # moment ago (another analysis of this run printing its summary) can still read it
+        keep = {root.name} | ({replaced.name} if replaced is not None else set())
+        _collect(paths.builds, keep)
+
+
+INSTALLED = ".installed"  # in a build's folder once a database has viewed it
+
+
+def _check_link(paths: RunPaths) -> None:
+    if paths.tables.exists() and not paths.tables.is_symlink():
+        raise AnalyzeError(f"{paths.tables} exists and is not the link analyze keeps there; "
+                           "move it away and analyze again")
+
+
+def _collect(builds: Path, keep: set[str]) -> None:
+    """Remove the tables of builds no database views any more (installed, then replaced twice),
+    of builds whose process on this host is gone without installing them (killed, or crashed
+    before cleaning up), and what an earlier removal left."""
+    host = socket.gethostname()
+    gone = []
+    for entry in builds.iterdir():
+        if entry.name in keep or not entry.is_dir():
+            continue
+        _, _, rest = entry.name.removesuffix(REMOVING).partition("-")
+        owner, _, pid = rest.rpartition("-")
+        if (entry.name.endswith(REMOVING) or (entry / INSTALLED).exists()
+                or (owner == host and pid.isdigit() and not _alive(int(pid)))):
+            gone.append(entry)
+    _remove(gone)
+
+
+REMOVING = ".removing"
+# A build's tables hold a folder per rank and table: removing those of thousands of ranks takes
+# tens of seconds of file system work (a millisecond per entry on our test machine), left to a
+# process of its own so that analyze returns at once.
+REMOVE_IN_BACKGROUND_RANKS = 64
+
+
+def _remove(builds: list[Path]) -> None:
+    later = []
+    for build in builds:
+        target = build if build.name.endswith(REMOVING) else build.with_name(build.name + REMOVING)
+        try:
+            if target != build:
+                os.rename(build, target)
+            ranks = sum(1 for _ in os.scandir(target / "intervals")) if (target / "intervals").is_dir() else 0
+        except OSError:
+            continue
+        if ranks > REMOVE_IN_BACKGROUND_RANKS:
+            later.append(str(target))
+        else:
+            shutil.rmtree(target, ignore_errors=True)
+    if later:
+        subprocess.Popen([sys.executable, "-c", "import shutil, sys\nfor p in sys.argv[1:]: shutil.rmtree(p, True)",
+                          *later], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _archive_errors(chrome_json: bool = False) -> Iterator[None]:
+    """A reader's error as one sentence, with the last line the OTF2 library printed (for
+    Chrome trace JSON, the reader's sentence says what to do)."""
     with c_stderr_captured() as library_said:
         try:
-            used, defs, chunks = dispatch.read(paths.anchor, chunk_rows, reader)
-            progress.total = sum(loc.events for loc in defs.locations)
-            for chunk in chunks:
-                loader.add(chunk.intervals)
-                load_columns(con, "raw_collectives", chunk.collectives)
-                load_columns(con, "raw_messages", chunk.messages)
-                load_columns(con, "raw_metrics", chunk.metrics)
-                for table, columns in chunk.tables.items():
-                    load_columns(con, table, columns)
-                progress.add(chunk.events)
-                if chunk.stats is not None:
-                    stats = chunk.stats
+            yield
         except dispatch.ReaderError as e:
             error: Exception | None = e
         else:
             error = None
-        finally:
-            progress.close()
-            loader.close()
     if error is not None:
         detail = library_said[0].splitlines()[-1] if library_said and library_said[0] else ""
-        hint = "" if dispatch.is_chrome(paths.anchor) else \
+        hint = "" if chrome_json else \
             " The archive is truncated or corrupt; re-merge it (instrument merge) or copy it again."
         raise AnalyzeError(f"{error}{' (' + detail + ')' if detail else ''}.{hint}") from None
-    return used, defs, stats
 
 
-def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, chunk_rows: int,
-          step_region: str | None, signature: str, reader: str, names: PatternSet) -> None:
-    t0 = time.perf_counter()
-    _create_tables(con)
-    used, defs, stats = _read(con, paths, chunk_rows, reader)
-    read_s = time.perf_counter() - t0
-    _definitions(con, defs, names)
-    build_named(con)
-    build_collectives(con)
-    build_p2p(con)
-    step_source = build_steps(con, step_region)
-    build_phases(con)
-    build_device_phases(con)
-    build_metrics(con, defs)
-    build_energy(con, ours=defs.creator.startswith("dltrace"))
-    _run_row(con, paths, defs, stats, used)
-    _insert(con, BUILD_INFO, [
-        ("signature", signature), ("step_source", step_source), ("patterns", names.origin), *sorted(defs.notes.items()),
-        ("unmatched_leaves", str(stats.unmatched_leaves)), ("truncated_intervals", str(stats.truncated)),
-        ("unmatched_collective_ends", str(stats.unmatched_collective_ends)),
-        # where the build's time went (bench/ reads these; not part of the results)
-        ("read_seconds", f"{read_s:.3f}"), ("derive_seconds", f"{time.perf_counter() - t0 - read_s:.3f}"),
-    ])
+@contextlib.contextmanager
+def c_stderr_captured() -> Iterator[list[str]]:
+    """Capture what the OTF2 C library prints on stderr, to fold it into one error message."""
+    captured: list[str] = []
+    try:
+        fd = os.dup(2)
+    except OSError:
+        yield captured
+        return
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield captured
+        finally:
+            os.dup2(fd, 2)
+            os.close(fd)
+            tmp.seek(0)
+            captured.append(tmp.read().decode(errors="replace").strip())
 
 
 # The cause tables cost about as much again as the rest of the derivation (bench/README.md),
@@ -284,17 +508,34 @@ def _fill_causes(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _add_causes(paths: RunPaths) -> None:
-    """Fill the cause tables of a current database: on a copy, renamed over it when
-    complete, as the database is built (readers never see half of it)."""
-    tmp = paths.db.with_name(f".{paths.db.name}.tmp-{os.getpid()}")
-    try:
-        shutil.copyfile(paths.db, tmp)
-        with duckdb.connect(str(tmp), config=_build_config()) as con:
-            _fill_causes(con)
-        os.replace(tmp, paths.db)
-    finally:
-        tmp.unlink(missing_ok=True)
-        Path(str(tmp) + ".wal").unlink(missing_ok=True)
+    """Fill the cause tables of a current database: on a copy (it holds views and build_info;
+    the cause tables are its only tables of rows), put in place under the build lock when
+    complete, as a build is (readers never see half of it). If another build was installed
+    meanwhile, its database gets them instead."""
+    for _ in range(3):
+        tmp = paths.db.with_name(f".{paths.db.name}.causes-{socket.gethostname()}-{os.getpid()}")
+        try:
+            shutil.copyfile(paths.db, tmp)
+            with duckdb.connect(str(tmp), config=_build_config()) as con:
+                tables = _tables_of(con)
+                _fill_causes(con)
+            with _locked(paths.builds / "lock"):
+                with duckdb.connect(str(paths.db), read_only=True) as con:
+                    same = _tables_of(con) == tables
+                if same:
+                    os.replace(tmp, paths.db)
+                    return
+        finally:
+            tmp.unlink(missing_ok=True)
+            Path(str(tmp) + ".wal").unlink(missing_ok=True)
+        if has_causes(paths):
+            return
+
+
+def _tables_of(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The tables directory a database's views read (build_info)."""
+    row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'tables'").fetchone()
+    return row[0] if row else None
 
 
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
@@ -310,21 +551,39 @@ def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> No
         con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
 
 
-def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: PatternSet) -> None:
-    _insert(con, "locations", [
-        (x.location_id, x.rank, x.thread, x.name, x.kind, x.is_main, x.events) for x in defs.locations])
-    rows, by_pattern = [], []
+def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: PatternSet) -> dict[int, str]:
+    """Fill locations, regions (classified), communicators and hosts, and the temporary table
+    region_patterns (what the name-only matching needs of each pattern-classified region:
+    analyze/tables/named.py); returns each region's category."""
+    regions, by_pattern, categories = [], [], {}
     for r in defs.regions:
         c = explain(r.name, r.paradigm, r.role, r.canonical_name, names)
-        rows.append((r.region_id, r.name, r.canonical_name, r.paradigm, r.role, str(c.category), r.source_file,
-                     r.begin_line, c.match_name, c.op, str(c.rule), c.pattern.label if c.pattern else None))
+        categories[r.region_id] = str(c.category)
+        regions.append((r.region_id, r.name, r.canonical_name, r.paradigm, r.role, str(c.category),
+                        r.source_file, r.begin_line, c.match_name, c.op, str(c.rule),
+                        c.pattern.label if c.pattern else None))
         if c.pattern is not None:
             by_pattern.append((r.region_id, c.pattern.library, str(c.pattern.kind), c.pattern.blocking))
-    _insert(con, "regions", rows)
-    # what the name-only matching needs of each pattern-classified region (analyze/tables/named.py)
     con.execute("CREATE TEMP TABLE region_patterns (region_id BIGINT, library VARCHAR, kind VARCHAR, blocking BOOLEAN)")
     _insert(con, "region_patterns", by_pattern)
-    _insert(con, "communicators", [(c.comm_id, c.name, len(c.members), c.members) for c in defs.comms])
+    # through a DataFrame: executemany takes about a millisecond per row (8,192 locations: 8 s)
+    for table, rows in (
+        ("locations", [(x.location_id, x.rank, x.thread, x.name, x.kind, x.is_main, x.events)
+                       for x in defs.locations]),
+        ("regions", regions),
+        ("communicators", [(c.comm_id, c.name, len(c.members), c.members) for c in defs.comms]),
+    ):
+        if rows:
+            frame = pd.DataFrame(rows, columns=BY_NAME[table].names)
+            con.register("definition_rows", frame)
+            con.execute(f"INSERT INTO {table} SELECT * FROM definition_rows")
+            con.unregister("definition_rows")
+    hosts = metrics.host_rows(defs)
+    if len(hosts):
+        con.register("host_rows", hosts)
+        con.execute("INSERT INTO hosts SELECT rank, host FROM host_rows ORDER BY rank")
+        con.unregister("host_rows")
+    return categories
 
 
 def _run_row(con: duckdb.DuckDBPyConnection, paths: RunPaths, defs: Definitions, stats: ReadStats,

@@ -26,6 +26,8 @@ comparison; docs/gpu.md explains where the two differ.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import duckdb
 import numpy as np
 import pandas as pd
@@ -113,11 +115,16 @@ def split(dev_start: np.ndarray, dev_end: np.ndarray, dev_kind: np.ndarray,
     return out
 
 
-def build_device_phases(con: duckdb.DuckDBPyConnection) -> None:
-    """Fill ``device_phases`` for every rank with accelerator streams (non-zero rows only)."""
-    ranks = [r for (r,) in con.execute("""
-        SELECT DISTINCT rank FROM locations WHERE kind = 'accelerator_stream' ORDER BY rank""").fetchall()]
-    for rank in ranks:
+def build_device_phases(con: duckdb.DuckDBPyConnection, emit: Callable[[dict[str, np.ndarray]], None],
+                        ranks: Sequence[int] | None = None) -> None:
+    """The ``device_phases`` rows (non-zero ones only) of every rank with accelerator streams
+    (of ``ranks`` when given), a rank at a time to ``emit`` (views intervals, locations,
+    regions, steps, collectives)."""
+    only = "" if ranks is None else "AND rank IN (" + ", ".join(str(int(r)) for r in ranks) + ")" \
+        if len(ranks) else "AND false"
+    found = [r for (r,) in con.execute(f"""
+        SELECT DISTINCT rank FROM locations WHERE kind = 'accelerator_stream' {only} ORDER BY rank""").fetchall()]
+    for rank in found:
         st = con.execute("SELECT step, start_ns, end_ns FROM steps WHERE rank = $r ORDER BY start_ns",
                          {"r": rank}).fetchnumpy()
         if not len(st["step"]):
@@ -129,16 +136,13 @@ def build_device_phases(con: duckdb.DuckDBPyConnection) -> None:
                        host["end_ns"].to_numpy(np.int64), host["level"].to_numpy(np.int64),
                        np.asarray(st["start_ns"], np.int64), np.asarray(st["end_ns"], np.int64))
         s, p, h = np.nonzero(totals)
-        rows = {
+        emit({
             "rank": np.full(len(s), rank, dtype=np.int32),
             "step": np.asarray(st["step"], np.int32)[s],
             "phase": np.array([str(DEVICE_PHASES[i]) for i in p], dtype=object),
             "host": np.array([str(HOST[i]) for i in h], dtype=object),
             "duration_ns": totals[s, p, h],
-        }
-        con.register("device_phase_rows", rows)
-        con.execute("INSERT INTO device_phases SELECT rank, step, phase, host, duration_ns FROM device_phase_rows")
-        con.unregister("device_phase_rows")
+        })
 
 
 def _union(start: np.ndarray, end: np.ndarray) -> int:

@@ -201,7 +201,7 @@ def _windows(con: duckdb.DuckDBPyConnection, rank: int) -> Iterator[tuple[np.nda
     per_window = max(1, len(starts) * WINDOW_SEGMENTS // max(1, int(count[0]) if count else 1))
     for a in range(0, len(starts), per_window):
         b = min(len(starts), a + per_window)
-        seg = segments(con, int(starts[a:b].min()), int(ends[a:b].max()), rank=rank)
+        seg = segments(con, int(starts[a:b].min()), int(ends[a:b].max()), ranks=[rank])
         pieces = sweep_intervals(seg["start"].to_numpy(), seg["end"].to_numpy(), seg["level"].to_numpy(),
                                  starts[a:b], ends[a:b])
         yield ids[a:b], starts[a:b], ends[a:b], pieces

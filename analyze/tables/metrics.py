@@ -5,6 +5,11 @@ plugins define an instance per host and metric, its PAPI counters one class with
 members recorded on every thread; our sampler an instance per device. Each channel is
 classified once (:mod:`analyze.energy.channels`); samples keep the member's name, unit and
 mode next to the value, so a query needs no join to read them.
+
+In the build (analyze/tables/stages.py) the read tasks keep the raw samples and say which
+metrics they reference; the channels follow from the whole trace's (:func:`channels`); the
+finish tasks write their ranks' ``metrics`` (:data:`METRIC_ROWS`), and the channels' rows
+count them at the end (:func:`fill_channels`).
 """
 
 from __future__ import annotations
@@ -51,33 +56,44 @@ def channel_rows(defs: Definitions, used_through_instances: set[int] | None = No
     return out.astype({"rank": "Int32", "device_index": "Int32", "to_si": "Float64"})
 
 
-def build_metrics(con: duckdb.DuckDBPyConnection, defs: Definitions) -> None:
-    """Fill ``hosts``, ``metric_channels`` and ``metrics`` from the definitions and the raw
-    metric rows the reader loaded into ``raw_metrics``."""
-    hosts = pd.DataFrame({"rank": list(defs.hosts), "host": list(defs.hosts.values())})
-    con.register("host_rows", hosts)
-    con.execute("INSERT INTO hosts SELECT rank, host FROM host_rows ORDER BY rank")
-    con.unregister("host_rows")
-    # a class that instances use is recorded through them (Score-P's plugins, our sampler);
-    # it is a channel of its own only if some sample references the class itself
-    sampled = {m for (m,) in con.execute("SELECT DISTINCT metric_id FROM raw_metrics").fetchall()}
+def host_rows(defs: Definitions) -> pd.DataFrame:
+    """The ``hosts`` rows: each rank's system tree node, by rank."""
+    return pd.DataFrame({"rank": list(defs.hosts), "host": list(defs.hosts.values())}) \
+        .sort_values("rank", kind="stable").reset_index(drop=True)
+
+
+def channels(defs: Definitions, sampled: set[int]) -> pd.DataFrame:
+    """The channels (:func:`channel_rows`) given the metrics that samples reference
+    (``sampled``, from the whole trace): a class that instances use is recorded through them
+    (Score-P's plugins, our sampler); it is a channel of its own only if some sample
+    references the class itself."""
     through = {m.class_id for m in defs.metrics if m.class_id is not None} - sampled
-    channels = channel_rows(defs, through)
-    if channels.empty:
+    return channel_rows(defs, through)
+
+
+# The ``metrics`` rows of some locations: their raw samples (view raw_metrics, the reader's
+# rows) with their channels (view channel_rows, :func:`channels`).
+METRIC_ROWS = """
+    SELECT r.location_id, r.rank, c.channel_id, c.name AS member, c.unit, c.mode, r.time_ns,
+           r.value * c.scale AS value
+    FROM raw_metrics r JOIN channel_rows c
+      ON r.metric_id = c.metric_id AND r.member_index = c.member_index
+"""
+
+
+def fill_channels(con: duckdb.DuckDBPyConnection, found: pd.DataFrame) -> None:
+    """Fill ``metric_channels`` from the channels and the samples in ``metrics``."""
+    if found.empty:
         return
-    con.register("channel_rows", channels)
-    con.execute("""
-        INSERT INTO metrics
-        SELECT r.location_id, r.rank, c.channel_id, c.name, c.unit, c.mode, r.time_ns, r.value * c.scale
-        FROM raw_metrics r JOIN channel_rows c
-          ON r.metric_id = c.metric_id AND r.member_index = c.member_index
-    """)
-    con.execute("""
-        INSERT INTO metric_channels
-        SELECT c.channel_id, c.metric_id, c.member_id, c.name, c.description, c.unit, c.base, c.exponent,
-               c.mode, c.value_type, c.occurrence, c.scope, c.scope_name, c.host, c.rank, c.quantity,
-               c.device, c.device_index, c.to_si, c.unit_from, count(m.time_ns)
-        FROM channel_rows c LEFT JOIN metrics m USING (channel_id)
-        GROUP BY ALL ORDER BY c.channel_id
-    """)
-    con.unregister("channel_rows")
+    con.register("channel_rows", found)
+    try:
+        con.execute("""
+            INSERT INTO metric_channels
+            SELECT c.channel_id, c.metric_id, c.member_id, c.name, c.description, c.unit, c.base, c.exponent,
+                   c.mode, c.value_type, c.occurrence, c.scope, c.scope_name, c.host, c.rank, c.quantity,
+                   c.device, c.device_index, c.to_si, c.unit_from, count(m.time_ns)
+            FROM channel_rows c LEFT JOIN metrics m USING (channel_id)
+            GROUP BY ALL ORDER BY c.channel_id
+        """)
+    finally:
+        con.unregister("channel_rows")

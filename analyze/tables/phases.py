@@ -24,6 +24,8 @@ in at most one step and the phases of a step sum to its duration exactly.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import duckdb
 import numpy as np
 import pandas as pd
@@ -35,6 +37,9 @@ SYNC_IDLE, SYNC_ALLREDUCE, SYNC_OTHER, OTHER, WAIT, COMPUTE, ASYNC_IDLE, ASYNC_A
 NAMED_WAIT_ALLREDUCE, NAMED_WAIT_OTHER = 9, 10  # waits recognized by name (rule 4)
 N_LEVELS = 11
 PHASES = [Phase.COMPUTE, Phase.ALLREDUCE, Phase.OTHER_COMM, Phase.IDLE, Phase.OTHER]
+# the regions of a main thread that give segments (the others count as compute)
+SEGMENT_CATEGORIES = (Category.COLLECTIVE, Category.P2P, Category.OVERHEAD, Category.RUNTIME,
+                      Category.WAIT, *COMPUTE_CATEGORIES)
 _CODE = {p: i for i, p in enumerate(PHASES)}
 
 
@@ -59,29 +64,47 @@ def label(cover: np.ndarray) -> np.ndarray:
     return np.select(conditions, choices, default=_CODE[Phase.COMPUTE])
 
 
-def labelled_bounds(
-    seg_start: np.ndarray, seg_end: np.ndarray, seg_level: np.ndarray, extra_bounds: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
-    """(bounds, codes): sorted boundaries and the phase code of each [bounds[i], bounds[i+1])."""
+def elementary(
+    seg_start: np.ndarray, seg_end: np.ndarray, seg_level: np.ndarray,
+    step_start: np.ndarray, step_end: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(bounds, codes, steps): the sorted boundaries of segments and steps, and for each
+    elementary interval [bounds[i], bounds[i+1]) its phase code and the index of the step
+    holding it (-1: none).
+
+    One sort gives the boundaries and where every segment and step starts and ends among
+    them; a level covers an interval where more of its segments have started than ended.
+    """
     keep = seg_end > seg_start
     seg_start, seg_end, seg_level = seg_start[keep], seg_end[keep], seg_level[keep]
-    bounds = np.unique(np.concatenate([seg_start, seg_end, extra_bounds]))
-    if len(bounds) < 2:
-        return bounds, np.zeros(0, dtype=np.int64)
-    cover = np.zeros((N_LEVELS, len(bounds) - 1), dtype=bool)
-    for level in range(N_LEVELS):
+    n, k = len(seg_start), len(step_start)
+    bounds, at = np.unique(np.concatenate([seg_start, seg_end, step_start, step_end]), return_inverse=True)
+    m = len(bounds)
+    if m < 2:
+        return bounds, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    starts, ends = at[:n], at[n:2 * n]
+    cover = np.zeros((N_LEVELS, m - 1), dtype=bool)
+    for level in np.unique(seg_level):
         mine = seg_level == level
-        if not mine.any():
-            continue
-        delta = np.zeros(len(bounds) + 1, dtype=np.int64)
-        np.add.at(delta, np.searchsorted(bounds, seg_start[mine]), 1)
-        np.add.at(delta, np.searchsorted(bounds, seg_end[mine]), -1)
-        cover[level] = np.cumsum(delta)[: len(bounds) - 1] > 0
-    return bounds, label(cover)
+        delta = np.bincount(starts[mine], minlength=m) - np.bincount(ends[mine], minlength=m)
+        cover[level] = np.cumsum(delta)[: m - 1] > 0
+    order = np.argsort(step_start, kind="stable")
+    if k and bool(np.all(step_start[order][1:] >= step_end[order][:-1])):
+        # disjoint steps: step j adds j + 1 from its start to its end
+        weight = np.arange(1, k + 1, dtype=np.float64)
+        mark = (np.bincount(at[2 * n:2 * n + k], weights=weight, minlength=m)
+                - np.bincount(at[2 * n + k:], weights=weight, minlength=m))
+        step = np.rint(np.cumsum(mark)[: m - 1]).astype(np.int64) - 1
+    else:
+        step = _step_of(bounds[:-1], step_start, step_end)
+    return bounds, label(cover), step
 
 
 def _step_of(left: np.ndarray, step_start: np.ndarray, step_end: np.ndarray) -> np.ndarray:
-    """Index of the step containing each elementary interval starting at ``left``, or -1."""
+    """Index of the step containing each elementary interval starting at ``left``, or -1
+    (for overlapping steps: the last one started)."""
+    if not len(step_start):
+        return np.full(len(left), -1, dtype=np.int64)
     order = np.argsort(step_start)
     pos = np.searchsorted(step_start[order], left, side="right") - 1
     step = np.where(pos >= 0, order[np.clip(pos, 0, None)], -1)
@@ -101,10 +124,9 @@ def sweep(
     out = np.zeros((n_steps, len(PHASES)), dtype=np.int64)
     if n_steps == 0:
         return out
-    bounds, codes = labelled_bounds(seg_start, seg_end, seg_level, np.concatenate([step_start, step_end]))
+    bounds, codes, step = elementary(seg_start, seg_end, seg_level, step_start, step_end)
     if len(codes) == 0:
         return out
-    step = _step_of(bounds[:-1], step_start, step_end)
     valid = step >= 0
     flat = step[valid] * len(PHASES) + codes[valid]
     out += np.bincount(flat, weights=np.diff(bounds)[valid], minlength=n_steps * len(PHASES)).astype(
@@ -118,8 +140,7 @@ def sweep_intervals(
 ) -> pd.DataFrame:
     """The phase timeline inside the steps: start_ns, end_ns, phase, step (index into the
     step arrays), with adjacent pieces of the same phase and step merged."""
-    bounds, codes = labelled_bounds(seg_start, seg_end, seg_level, np.concatenate([step_start, step_end]))
-    step = _step_of(bounds[:-1], step_start, step_end) if len(codes) else np.zeros(0, dtype=np.int64)
+    bounds, codes, step = elementary(seg_start, seg_end, seg_level, step_start, step_end)
     keep = step >= 0
     if not keep.any():  # nothing inside a step (e.g. only zero-length steps)
         return pd.DataFrame({"start_ns": [], "end_ns": [], "phase": [], "step": []})
@@ -134,21 +155,22 @@ def sweep_intervals(
 
 
 def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | None = None,
-             rank: int | None = None) -> pd.DataFrame:
-    """The segments of every rank (or of ``rank``): int64 columns rank, start, end, level;
+             ranks: Sequence[int] | None = None) -> pd.DataFrame:
+    """The segments of every rank (or of ``ranks``): int64 columns rank, start, end, level;
     only those overlapping [t0, t1] when given (the timeline of a few steps of a long run).
 
     The levels are worked out in SQL, so a trace's tens of millions of intervals reach Python
     as four integer columns, not as region names.
     """
-    where = f"AND {{rank}} = {int(rank)}" if rank is not None else ""
+    where = ""
+    if ranks is not None:
+        where = "AND {rank} IN (" + ", ".join(str(int(r)) for r in ranks) + ")" if len(ranks) else "AND false"
     window = {"lo": -(1 << 62) if t0 is None else int(t0), "hi": (1 << 62) if t1 is None else int(t1)}
     def listed(*categories: str) -> str:
         return "(" + ", ".join(f"'{c}'" for c in categories) + ")"
 
     comm = listed(Category.COLLECTIVE, Category.P2P)
-    kept = listed(Category.COLLECTIVE, Category.P2P, Category.OVERHEAD, Category.RUNTIME,
-                  Category.WAIT, *COMPUTE_CATEGORIES)
+    kept = listed(*SEGMENT_CATEGORIES)
     parts = [con.execute(f"""
         WITH ops AS (SELECT location_id, interval_idx, any_value(op) AS op FROM collectives
                      WHERE leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}
@@ -201,40 +223,82 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
 
 WINDOW_SEGMENTS = 2_000_000  # segments swept at a time: bounds memory whatever the trace size
 
+# (rank, step numbers, ns per phase: steps x len(PHASES)) for each swept window
+Emit = Callable[[int, np.ndarray, np.ndarray], None]
 
-def build_phases(con: duckdb.DuckDBPyConnection) -> None:
-    """Fill ``phases``: rank by rank and, within a rank, in windows of whole steps holding
-    about :data:`WINDOW_SEGMENTS` segments, so memory stays bounded for long traces."""
+
+def build_phases(con: duckdb.DuckDBPyConnection, emit: Emit) -> None:
+    """Sweep the phases of every rank with steps (views intervals, steps, collectives, p2p,
+    regions, locations), handing each window's totals to ``emit``.
+
+    Ranks are swept together while their main threads hold about :data:`WINDOW_SEGMENTS`
+    intervals in all (thousands of small ranks: a few queries, not thousands); a rank with
+    more is swept alone, in windows of whole steps of about that many, so memory stays
+    bounded for long traces.
+    """
     counts = dict(con.execute("""
         SELECT i.rank, count(*) FROM intervals i JOIN locations l USING (location_id)
         WHERE l.is_main GROUP BY i.rank""").fetchall())
     ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM steps ORDER BY rank").fetchall()]
+    batch: list[int] = []
+    held = 0
     for rank in ranks:
-        st = con.execute("SELECT step, start_ns, end_ns FROM steps WHERE rank = $r ORDER BY start_ns",
-                         {"r": rank}).fetchnumpy()
-        step_ids = np.asarray(st["step"], np.int32)
-        starts, ends = np.asarray(st["start_ns"], np.int64), np.asarray(st["end_ns"], np.int64)
-        per_window = max(1, len(starts) * WINDOW_SEGMENTS // max(1, counts.get(rank, 0)))
-        for a in range(0, len(starts), per_window):
-            b = min(len(starts), a + per_window)
-            # segments overlapping the window; the sweep counts only what lies inside its steps
-            seg = segments(con, int(starts[a:b].min()), int(ends[a:b].max()), rank=rank)
-            totals = sweep(seg["start"].to_numpy(), seg["end"].to_numpy(), seg["level"].to_numpy(),
-                           starts[a:b], ends[a:b])
-            _insert_phases(con, rank, step_ids[a:b], totals)
+        n = counts.get(rank, 0)
+        if batch and held + n > WINDOW_SEGMENTS:
+            _sweep_ranks(con, batch, emit)
+            batch, held = [], 0
+        if n > WINDOW_SEGMENTS:
+            _sweep_rank_in_windows(con, rank, n, emit)
+        else:
+            batch.append(rank)
+            held += n
+    if batch:
+        _sweep_ranks(con, batch, emit)
 
 
-def _insert_phases(con: duckdb.DuckDBPyConnection, rank: int, steps: np.ndarray, totals: np.ndarray) -> None:
+def _steps_of(con: duckdb.DuckDBPyConnection, ranks: list[int]) -> dict[str, np.ndarray]:
+    listed = ", ".join(str(int(r)) for r in ranks)
+    st = con.execute(f"SELECT rank, step, start_ns, end_ns FROM steps WHERE rank IN ({listed}) "
+                     "ORDER BY rank, start_ns, step").fetchnumpy()
+    return {"rank": np.asarray(st["rank"], np.int64), "step": np.asarray(st["step"], np.int32),
+            "start": np.asarray(st["start_ns"], np.int64), "end": np.asarray(st["end_ns"], np.int64)}
+
+
+def _sweep_ranks(con: duckdb.DuckDBPyConnection, ranks: list[int], emit: Emit) -> None:
+    st = _steps_of(con, ranks)
+    seg = segments(con, ranks=ranks).sort_values("rank", kind="stable")
+    seg_rank = seg["rank"].to_numpy()
+    for rank in ranks:
+        a, b = np.searchsorted(st["rank"], [rank, rank + 1])
+        c, d = np.searchsorted(seg_rank, [rank, rank + 1])
+        mine = seg.iloc[c:d]
+        totals = sweep(mine["start"].to_numpy(), mine["end"].to_numpy(), mine["level"].to_numpy(),
+                       st["start"][a:b], st["end"][a:b])
+        emit(rank, st["step"][a:b], totals)
+
+
+def _sweep_rank_in_windows(con: duckdb.DuckDBPyConnection, rank: int, count: int, emit: Emit) -> None:
+    st = _steps_of(con, [rank])
+    step_ids, starts, ends = st["step"], st["start"], st["end"]
+    per_window = max(1, len(starts) * WINDOW_SEGMENTS // max(1, count))
+    for a in range(0, len(starts), per_window):
+        b = min(len(starts), a + per_window)
+        # segments overlapping the window; the sweep counts only what lies inside its steps
+        seg = segments(con, int(starts[a:b].min()), int(ends[a:b].max()), ranks=[rank])
+        totals = sweep(seg["start"].to_numpy(), seg["end"].to_numpy(), seg["level"].to_numpy(),
+                       starts[a:b], ends[a:b])
+        emit(rank, step_ids[a:b], totals)
+
+
+def phase_rows(rank: int, steps: np.ndarray, totals: np.ndarray) -> dict[str, np.ndarray]:
+    """The ``phases`` rows of one window: columns rank, step, phase, duration_ns."""
     n = len(steps)
-    rows = {
+    return {
         "rank": np.full(n * len(PHASES), rank, dtype=np.int32),
-        "step": np.tile(steps, len(PHASES)),
+        "step": np.tile(np.asarray(steps, dtype=np.int32), len(PHASES)),
         "phase": np.repeat(np.array([str(p) for p in PHASES], dtype=object), n),
         "duration_ns": totals.T.reshape(-1),
     }
-    con.register("phase_rows", rows)
-    con.execute("INSERT INTO phases SELECT rank, step, phase, duration_ns FROM phase_rows")
-    con.unregister("phase_rows")
 
 
 def summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:

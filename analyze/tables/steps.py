@@ -3,56 +3,62 @@
 In that order of preference: ``dltrace.step`` regions (the built-in tracer's and, as
 ``user:dltrace.step``, the Score-P backend's); otherwise the outermost instances of the region
 named by ``--step-region`` on each rank's main thread; otherwise one step spanning each
-rank's whole trace.
+rank's whole trace. The choice is made for the whole trace (analyze/tables/stages.py counts
+each candidate on every rank first), so that all ranks' steps come from the same source.
 """
 
 from __future__ import annotations
 
-import duckdb
-
 from analyze.schema import Category
 
+SOURCES = ("marker", "region", "whole_run")
 
-def build_steps(con: duckdb.DuckDBPyConnection, step_region: str | None = None) -> str:
-    """Fill ``steps``; return the source used (marker, region:<name> or whole_run)."""
-    if step_region is None:
-        con.execute(f"""
-            INSERT INTO steps
-            SELECT i.rank, row_number() OVER (PARTITION BY i.rank ORDER BY i.start_ns) - 1,
-                   i.start_ns, i.end_ns, i.end_ns - i.start_ns, 'marker'
+
+def candidate(source: str, step_region: str | None = None) -> str:
+    """The steps of every rank in the views intervals, regions and locations, as ``source``
+    would give them (``region``: outermost instances of the region ``step_region``)."""
+    if source == "marker":
+        return f"""
+            SELECT i.rank, row_number() OVER (PARTITION BY i.rank ORDER BY i.start_ns, i.idx) - 1 AS step,
+                   i.start_ns, i.end_ns, i.end_ns - i.start_ns AS duration_ns, 'marker' AS source
             FROM intervals i JOIN regions r USING (region_id) JOIN locations l USING (location_id)
             WHERE l.is_main AND r.category = '{Category.STEP}'
-        """)
-        if _count(con):
-            return "marker"
-    else:
-        source = f"region:{step_region}"
-        con.execute("""
-            INSERT INTO steps
+        """
+    if source == "region":
+        name = "'" + str(step_region).replace("'", "''") + "'"
+        return f"""
             WITH c AS (
                 SELECT i.* FROM intervals i JOIN regions r USING (region_id)
                 JOIN locations l USING (location_id)
-                WHERE l.is_main AND (r.name = $name OR r.name = 'user:' || $name)
+                WHERE l.is_main AND (r.name = {name} OR r.name = 'user:' || {name})
             ),
             outer_only AS (
                 SELECT c.* FROM c WHERE NOT EXISTS (
                     SELECT 1 FROM c o WHERE o.location_id = c.location_id AND o.idx <> c.idx
                       AND o.start_ns <= c.start_ns AND o.end_ns >= c.end_ns AND o.depth < c.depth)
             )
-            SELECT rank, row_number() OVER (PARTITION BY rank ORDER BY start_ns) - 1,
-                   start_ns, end_ns, end_ns - start_ns, $source
+            SELECT rank, row_number() OVER (PARTITION BY rank ORDER BY start_ns, idx) - 1 AS step,
+                   start_ns, end_ns, end_ns - start_ns AS duration_ns, 'region:' || {name} AS source
             FROM outer_only
-        """, {"name": step_region, "source": source})
-        if _count(con):
-            return source
-    con.execute("""
-        INSERT INTO steps
-        SELECT rank, 0, min(start_ns), max(end_ns), max(end_ns) - min(start_ns), 'whole_run'
-        FROM intervals GROUP BY rank
-    """)
+        """
+    if source == "whole_run":
+        return """
+            SELECT rank, 0 AS step, min(start_ns) AS start_ns, max(end_ns) AS end_ns,
+                   max(end_ns) - min(start_ns) AS duration_ns, 'whole_run' AS source
+            FROM intervals GROUP BY rank
+        """
+    raise ValueError(f"unknown step source {source!r}")
+
+
+def choose(counts: dict[str, int], step_region: str | None) -> str:
+    """The source for the whole trace, given how many steps each candidate found on all ranks."""
+    if step_region is None and counts.get("marker", 0):
+        return "marker"
+    if step_region is not None and counts.get("region", 0):
+        return "region"
     return "whole_run"
 
 
-def _count(con: duckdb.DuckDBPyConnection) -> int:
-    row = con.execute("SELECT count(*) FROM steps").fetchone()
-    return int(row[0]) if row else 0
+def label(source: str, step_region: str | None) -> str:
+    """What ``build_info.step_source`` says: marker, region:<name> or whole_run."""
+    return f"region:{step_region}" if source == "region" else source

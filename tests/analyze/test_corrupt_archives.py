@@ -111,7 +111,7 @@ def test_native_reader_stops_at_more_events_than_declared(tmp_path: Path) -> Non
     from traceio import _otf2native
 
     anchor = _ours(tmp_path)
-    defs = otf2_native._definitions(anchor)
+    defs = otf2_native.definitions(anchor)
     loc = defs.locations[0]
     reader = _otf2native.Reader(str(anchor), [loc.location_id], [loc.rank], defs.global_offset,
                                 defs.resolution, [2])

@@ -22,6 +22,7 @@ import pytest
 import analyze
 from analyze.readers import dispatch, otf2_native, otf2_python
 from analyze.readers.columns import Chunk, ReadStats
+from tests.analyze.snapshot import snapshot
 from tests.conftest import ROOT, SCOREP_FIXTURES
 from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
 from traceio.otf2_writer import write_archive
@@ -67,13 +68,8 @@ def test_scorep_fixtures_identical_tables(name: str, tmp_path: Path) -> None:
         analyze.build(SCOREP_FIXTURES / name, db=db, reader=reader)
         with duckdb.connect(str(db), read_only=True) as con:
             assert con.execute("select reader from runs").fetchone() == (reader,)
-            names = [r[0] for r in con.execute(
-                "select table_name from duckdb_tables() where not temporary order by 1").fetchall()]
-            # everything but which reader it was and how long the build took
-            where = {"runs": "select * exclude (reader) from runs",
-                     "build_info": "select * from build_info where key not like '%_seconds'"}
-            tables[reader] = {t: con.execute(where.get(t, f"select * from {t}") + " order by all").fetchall()
-                              for t in names}
+        # everything but which reader it was and how the build ran
+        tables[reader] = snapshot(db, runs_exclude="reader")
     assert tables["native"] == tables["python"]
     assert tables["python"]["intervals"]
 

@@ -110,6 +110,26 @@ PyObject *table_take(Table *t) {
     return out;
 }
 
+PyObject *table_take_rows(Table *t, size_t rows) {
+    if (rows >= t->rows)
+        return table_take(t);
+    Table rest;
+    table_init(&rest, t->ncols, t->width);
+    if (table_reserve(&rest, t->rows - rows) < 0)
+        return PyErr_NoMemory();
+    for (int i = 0; i < t->ncols; i++)
+        memcpy(rest.data[i], t->data[i] + rows * t->width[i], (t->rows - rows) * t->width[i]);
+    rest.rows = t->rows - rows;
+    t->rows = rows;
+    PyObject *out = table_take(t);
+    if (out == NULL) {
+        table_free(&rest);
+        return NULL;
+    }
+    *t = rest;
+    return out;
+}
+
 /* ---- module ----------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
@@ -123,6 +143,10 @@ static PyMethodDef methods[] = {
      "replay_thread(records, loc, step, tail, discard, end_t, region_map, comm_map)\n"
      "    -> (records, steps, closed, bad)\n"
      "The merge's per-thread normalization (instrument.merge._replay_thread)."},
+    {"write_parquet", native_write_parquet, METH_VARARGS,
+     "write_parquet(path, columns, created_by) -> bytes written\n"
+     "columns: [(name, 'int64'|'int32'|'bool', buffer, negative_is_null)], equal rows.\n"
+     "One Parquet file, integers DELTA_BINARY_PACKED, uncompressed (see parquet.c)."},
     {"lanes", native_lanes, METH_VARARGS,
      "lanes(records, first_index) -> [(index, records)]\n"
      "First-fit lanes for time-sorted asynchronous collectives (instrument.merge._lanes)."},

@@ -1,9 +1,10 @@
 /* Shared declarations of the native OTF2 codec (module analyze._otf2native).
  *
- * The module has three parts, one file each: reader.c (OTF2 events -> interval, collective
+ * The module has four parts, one file each: reader.c (OTF2 events -> interval, collective
  * and message columns, the rules of analyze/columns.py), writer.c (an ArchiveSpec -> an OTF2
- * archive, as instrument/otf2_writer.py writes it) and replay.c (the merge's per-thread
- * normalization and lane assignment, as instrument/merge.py does it). Results cross into
+ * archive, as instrument/otf2_writer.py writes it), replay.c (the merge's per-thread
+ * normalization and lane assignment, as instrument/merge.py does it) and parquet.c (columns
+ * -> a Parquet file, for the analysis' tables). Results cross into
  * Python as Column objects: malloc'd memory exposed through the buffer protocol, so numpy
  * wraps them without a copy.
  */
@@ -34,7 +35,7 @@ enum { K_ENTER = 1, K_LEAVE = 2, K_COLL_END = 3, K_ASYNC_COLL = 4, K_STEP_DISCAR
        K_COLL_BEGIN = 6, K_SEND = 7, K_RECV = 8, K_METRIC = 9 };
 
 /* Growable columns of fixed-width values, all with the same number of rows. */
-#define MAX_COLUMNS 12
+#define MAX_COLUMNS 16
 typedef struct {
     int ncols;
     size_t width[MAX_COLUMNS];
@@ -49,6 +50,8 @@ int table_reserve(Table *t, size_t extra);
 void table_free(Table *t);
 /* A tuple of Column objects taking over the table's memory; the table is left empty. */
 PyObject *table_take(Table *t);
+/* The same for the first ``rows`` rows; the rest stay in the table (copied to its start). */
+PyObject *table_take_rows(Table *t, size_t rows);
 
 /* A Column over ``data`` (``size`` bytes), which it frees; NULL and ``data`` freed on error. */
 PyObject *column_new(char *data, size_t size);
@@ -59,5 +62,6 @@ extern PyTypeObject ReaderType;
 PyObject *native_write_archive(PyObject *self, PyObject *args);
 PyObject *native_replay_thread(PyObject *self, PyObject *args);
 PyObject *native_lanes(PyObject *self, PyObject *args);
+PyObject *native_write_parquet(PyObject *self, PyObject *args);
 
 #endif

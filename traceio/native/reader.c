@@ -21,11 +21,21 @@
 #define BATCH 65536
 #define UNDEFINED_U32 0xFFFFFFFFu
 
-/* An open region instance: the region, its idx on the location and its enter time. */
+/* Rows waiting for the instance ``idx`` to close (a handful at a time: regions performing a
+ * collective or a message are open while it happens). */
+typedef struct {
+    size_t *row;
+    int64_t *idx;
+    size_t n, cap;
+} Waiting;
+
+/* An open region instance: the region, its idx on the location, its enter time and the
+ * summed durations of its direct children closed so far (for its exclusive time). */
 typedef struct {
     uint64_t region;
     int64_t idx;
     int64_t start;
+    int64_t children;
 } Frame;
 
 typedef struct {
@@ -36,7 +46,10 @@ typedef struct {
     int32_t *ranks;
     uint64_t *declared; /* events each location's definition declares (0: unknown) */
     uint64_t loc_read;  /* events read on the current location */
-    OTF2_EvtReader **evt;
+    OTF2_EvtReader *evt; /* the current location's event reader, opened when it starts: a
+                            reader holds a chunk buffer (1 MB), too much for every location */
+    OTF2_EvtReaderCallbacks *callbacks;
+    int defs_open;
     size_t cur; /* the location being read */
     /* state of the current location */
     Frame *stack;
@@ -44,7 +57,14 @@ typedef struct {
     int64_t next_idx;
     int coll_open;
     int64_t coll_idx, coll_t;
+    /* the instance performing the open collective: region (-1: none), enter, and its leave
+       if it closed before the collective's end record */
+    int64_t coll_region, coll_start, coll_leave;
+    int coll_closed;
     int64_t last_t;
+    /* collective and message rows whose performing instance is still open: they get its leave
+       time when it closes, and only the rows before the first of them are handed out */
+    Waiting co_wait, me_wait;
     /* ticks -> ns */
     uint64_t offset, resolution;
     /* results since the last read() */
@@ -54,10 +74,11 @@ typedef struct {
     int busy;
 } Reader;
 
-static const size_t IV_WIDTHS[] = {8, 4, 8, 8, 4, 8, 8, 8, 1};
-static const size_t CO_WIDTHS[] = {8, 4, 8, 8, 8, 4, 8, 8, 8, 8};
-static const size_t ME_WIDTHS[] = {8, 4, 1, 8, 8, 8, 8, 8, 8};
+static const size_t IV_WIDTHS[] = {8, 4, 8, 8, 4, 8, 8, 8, 1, 8};
+static const size_t CO_WIDTHS[] = {8, 4, 8, 8, 8, 4, 8, 8, 8, 8, 8, 8, 8};
+static const size_t ME_WIDTHS[] = {8, 4, 1, 8, 8, 8, 8, 8, 8, 8, 8};
 static const size_t MT_WIDTHS[] = {8, 4, 8, 4, 8, 8};
+enum { CO_REGION = 10, CO_ENTER = 11, CO_LEAVE = 12, ME_ENTER = 9, ME_LEAVE = 10 };
 
 #define COL(t, i, type) (((type *)(t)->data[i])[(t)->rows])
 
@@ -88,10 +109,58 @@ static inline int64_t top_idx(const Reader *r) {
     return r->depth ? r->stack[r->depth - 1].idx : -1;
 }
 
+static int wait_for(Waiting *w, size_t row, int64_t idx) {
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? 2 * w->cap : 16;
+        size_t *rows = realloc(w->row, cap * sizeof(size_t));
+        if (rows == NULL)
+            return -1;
+        w->row = rows;
+        int64_t *idxs = realloc(w->idx, cap * sizeof(int64_t));
+        if (idxs == NULL)
+            return -1;
+        w->idx = idxs;
+        w->cap = cap;
+    }
+    w->row[w->n] = row;
+    w->idx[w->n++] = idx;
+    return 0;
+}
+
+/* The instance ``idx`` closed at ``t``: its waiting rows get their leave time. */
+static void resolve(Waiting *w, Table *t, int col, int64_t idx, int64_t leave) {
+    size_t k = 0;
+    for (size_t i = 0; i < w->n; i++) {
+        if (w->idx[i] == idx) {
+            ((int64_t *)t->data[col])[w->row[i]] = leave;
+        } else {
+            w->row[k] = w->row[i];
+            w->idx[k++] = w->idx[i];
+        }
+    }
+    w->n = k;
+}
+
+/* Rows of ``t`` that may be handed out: those before the first still waiting. */
+static size_t ready_rows(const Waiting *w, const Table *t) {
+    size_t first = t->rows;
+    for (size_t i = 0; i < w->n; i++)
+        if (w->row[i] < first)
+            first = w->row[i];
+    return first;
+}
+
+static void waiting_handed_out(Waiting *w, size_t rows) {
+    for (size_t i = 0; i < w->n; i++)
+        w->row[i] -= rows;
+}
+
 /* Close the topmost open instance at time t (the caller reserved a row). */
 static inline void close_top(Reader *r, int64_t t, uint8_t truncated) {
     Frame f = r->stack[--r->depth];
     Table *iv = &r->iv;
+    if (r->depth)
+        r->stack[r->depth - 1].children += t - f.start;
     COL(iv, 0, int64_t) = (int64_t)r->locs[r->cur];
     COL(iv, 1, int32_t) = r->ranks[r->cur];
     COL(iv, 2, int64_t) = f.idx;
@@ -101,8 +170,17 @@ static inline void close_top(Reader *r, int64_t t, uint8_t truncated) {
     COL(iv, 6, int64_t) = f.start;
     COL(iv, 7, int64_t) = t;
     COL(iv, 8, uint8_t) = truncated;
+    COL(iv, 9, int64_t) = t - f.start - f.children;
     iv->rows++;
     r->truncated += truncated;
+    if (r->co_wait.n)
+        resolve(&r->co_wait, &r->co, CO_LEAVE, f.idx, t);
+    if (r->me_wait.n)
+        resolve(&r->me_wait, &r->me, ME_LEAVE, f.idx, t);
+    if (r->coll_open && r->coll_idx == f.idx) {
+        r->coll_closed = 1;
+        r->coll_leave = t;
+    }
 }
 
 static OTF2_CallbackCode on_enter(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
@@ -120,7 +198,7 @@ static OTF2_CallbackCode on_enter(OTF2_LocationRef loc, OTF2_TimeStamp time, uin
         r->stack = s;
         r->stack_cap = cap;
     }
-    r->stack[r->depth++] = (Frame){region, r->next_idx++, t};
+    r->stack[r->depth++] = (Frame){region, r->next_idx++, t, 0};
     return OTF2_CALLBACK_SUCCESS;
 }
 
@@ -157,6 +235,14 @@ static OTF2_CallbackCode on_coll_begin(OTF2_LocationRef loc, OTF2_TimeStamp time
     r->coll_open = 1;
     r->coll_idx = top_idx(r);
     r->coll_t = t;
+    r->coll_closed = 0;
+    if (r->depth) {
+        r->coll_region = (int64_t)r->stack[r->depth - 1].region;
+        r->coll_start = r->stack[r->depth - 1].start;
+    } else {
+        r->coll_region = -1;
+        r->coll_start = t;
+    }
     return OTF2_CALLBACK_SUCCESS;
 }
 
@@ -187,6 +273,12 @@ static OTF2_CallbackCode on_coll_end(OTF2_LocationRef loc, OTF2_TimeStamp time, 
     COL(co, 7, int64_t) = root == UNDEFINED_U32 ? -1 : (int64_t)root;
     COL(co, 8, int64_t) = (int64_t)sent;
     COL(co, 9, int64_t) = (int64_t)recv;
+    COL(co, CO_REGION, int64_t) = r->coll_region;
+    COL(co, CO_ENTER, int64_t) = r->coll_start;
+    /* no performing instance: the records' own times */
+    COL(co, CO_LEAVE, int64_t) = r->coll_idx < 0 ? t : r->coll_leave;
+    if (r->coll_idx >= 0 && !r->coll_closed && wait_for(&r->co_wait, co->rows, r->coll_idx) < 0)
+        return out_of_memory(r);
     co->rows++;
     return OTF2_CALLBACK_SUCCESS;
 }
@@ -208,6 +300,10 @@ static OTF2_CallbackCode message(Reader *r, OTF2_TimeStamp time, int8_t directio
     COL(me, 6, int64_t) = (int64_t)length;
     COL(me, 7, int64_t) = t;
     COL(me, 8, int64_t) = top_idx(r);
+    COL(me, ME_ENTER, int64_t) = r->depth ? r->stack[r->depth - 1].start : t;
+    COL(me, ME_LEAVE, int64_t) = t;
+    if (r->depth && wait_for(&r->me_wait, me->rows, top_idx(r)) < 0)
+        return out_of_memory(r);
     me->rows++;
     return OTF2_CALLBACK_SUCCESS;
 }
@@ -369,9 +465,8 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
     r->nloc = (size_t)n;
     r->locs = calloc(n ? n : 1, sizeof(uint64_t));
     r->ranks = calloc(n ? n : 1, sizeof(int32_t));
-    r->evt = calloc(n ? n : 1, sizeof(OTF2_EvtReader *));
     r->declared = calloc(n ? n : 1, sizeof(uint64_t));
-    if (!r->locs || !r->ranks || !r->evt || !r->declared) {
+    if (!r->locs || !r->ranks || !r->declared) {
         PyErr_NoMemory();
         return -1;
     }
@@ -391,9 +486,9 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
     }
     r->offset = offset;
     r->resolution = resolution;
-    table_init(&r->iv, 9, IV_WIDTHS);
-    table_init(&r->co, 10, CO_WIDTHS);
-    table_init(&r->me, 9, ME_WIDTHS);
+    table_init(&r->iv, 10, IV_WIDTHS);
+    table_init(&r->co, 13, CO_WIDTHS);
+    table_init(&r->me, 11, ME_WIDTHS);
     table_init(&r->mt, 6, MT_WIDTHS);
 
     r->otf2 = OTF2_Reader_Open(anchor);
@@ -414,57 +509,66 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
         }
     }
     /* as the otf2 package does: an archive without local definition files is valid */
-    int defs_open = OTF2_Reader_OpenDefFiles(r->otf2) == OTF2_SUCCESS;
+    r->defs_open = OTF2_Reader_OpenDefFiles(r->otf2) == OTF2_SUCCESS;
     (void)OTF2_Reader_OpenEvtFiles(r->otf2);
-    OTF2_EvtReaderCallbacks *cbs = OTF2_EvtReaderCallbacks_New();
-    if (cbs == NULL) {
+    r->callbacks = OTF2_EvtReaderCallbacks_New();
+    if (r->callbacks == NULL) {
         PyErr_NoMemory();
         return -1;
     }
-    set_callbacks(cbs);
-    int failed = 0;
-    for (size_t i = 0; i < r->nloc && !failed; i++) {
-        if (defs_open) {
-            /* local definitions carry the mapping tables and ClockOffset records */
-            OTF2_DefReader *dr = OTF2_Reader_GetDefReader(r->otf2, r->locs[i]);
-            if (dr != NULL) {
-                uint64_t read = 0;
-                rc = OTF2_Reader_ReadAllLocalDefinitions(r->otf2, dr, &read);
-                OTF2_Reader_CloseDefReader(r->otf2, dr);
-                if (rc != OTF2_SUCCESS) {
-                    otf2_error("cannot read the local definitions", rc);
-                    failed = 1;
-                    break;
-                }
+    set_callbacks(r->callbacks);
+    return 0;
+}
+
+/* Open the current location's event reader, after its local definitions (which carry the
+ * mapping tables and ClockOffset records). Without the GIL: errors go to ``what`` and ``rc``. */
+static int open_location(Reader *r, const char **what, OTF2_ErrorCode *rc) {
+    OTF2_LocationRef loc = r->locs[r->cur];
+    if (r->defs_open) {
+        OTF2_DefReader *dr = OTF2_Reader_GetDefReader(r->otf2, loc);
+        if (dr != NULL) {
+            uint64_t read = 0;
+            *rc = OTF2_Reader_ReadAllLocalDefinitions(r->otf2, dr, &read);
+            OTF2_Reader_CloseDefReader(r->otf2, dr);
+            if (*rc != OTF2_SUCCESS) {
+                *what = "cannot read the local definitions";
+                return -1;
             }
         }
-        r->evt[i] = OTF2_Reader_GetEvtReader(r->otf2, r->locs[i]);
-        if (r->evt[i] == NULL) {
-            PyErr_Format(Otf2NativeError, "cannot open the events of location %llu",
-                         (unsigned long long)r->locs[i]);
-            failed = 1;
-            break;
-        }
-        rc = OTF2_Reader_RegisterEvtCallbacks(r->otf2, r->evt[i], cbs, r);
-        if (rc != OTF2_SUCCESS) {
-            otf2_error("cannot register the event callbacks", rc);
-            failed = 1;
-        }
     }
-    OTF2_EvtReaderCallbacks_Delete(cbs);
-    if (defs_open)
-        OTF2_Reader_CloseDefFiles(r->otf2);
-    return failed ? -1 : 0;
+    r->evt = OTF2_Reader_GetEvtReader(r->otf2, loc);
+    if (r->evt == NULL) {
+        *what = "cannot open the events of location";
+        *rc = OTF2_SUCCESS;
+        return -1;
+    }
+    *rc = OTF2_Reader_RegisterEvtCallbacks(r->otf2, r->evt, r->callbacks, r);
+    if (*rc != OTF2_SUCCESS) {
+        *what = "cannot register the event callbacks";
+        return -1;
+    }
+    return 0;
+}
+
+static void close_location(Reader *r) {
+    if (r->evt != NULL) {
+        OTF2_Reader_CloseEvtReader(r->otf2, r->evt);
+        r->evt = NULL;
+    }
 }
 
 static void reader_close_archive(Reader *r) {
     if (r->otf2 != NULL) {
-        for (size_t i = 0; i < r->nloc; i++)
-            if (r->evt[i] != NULL)
-                OTF2_Reader_CloseEvtReader(r->otf2, r->evt[i]);
+        close_location(r);
+        if (r->defs_open)
+            OTF2_Reader_CloseDefFiles(r->otf2);
         OTF2_Reader_CloseEvtFiles(r->otf2);
         OTF2_Reader_Close(r->otf2);
         r->otf2 = NULL;
+    }
+    if (r->callbacks != NULL) {
+        OTF2_EvtReaderCallbacks_Delete(r->callbacks);
+        r->callbacks = NULL;
     }
 }
 
@@ -474,8 +578,11 @@ static void reader_dealloc(PyObject *self) {
     free(r->locs);
     free(r->ranks);
     free(r->declared);
-    free(r->evt);
     free(r->stack);
+    free(r->co_wait.row);
+    free(r->co_wait.idx);
+    free(r->me_wait.row);
+    free(r->me_wait.idx);
     table_free(&r->iv);
     table_free(&r->co);
     table_free(&r->me);
@@ -500,12 +607,18 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
     uint64_t events_before = r->events;
     uint64_t batch = max_rows > 0 && (uint64_t)max_rows < BATCH ? (uint64_t)max_rows : BATCH;
     OTF2_ErrorCode rc = OTF2_SUCCESS;
+    const char *open_failed = NULL;
     int too_many = 0;
     Py_BEGIN_ALLOW_THREADS
+    /* rows waiting for their instance to close cannot be handed out yet: count only the others,
+       so that every call either hands out max_rows rows or reads on */
     while (r->cur < r->nloc &&
-           r->iv.rows + r->co.rows + r->me.rows + r->mt.rows < (size_t)max_rows) {
+           r->iv.rows + ready_rows(&r->co_wait, &r->co) + ready_rows(&r->me_wait, &r->me) + r->mt.rows <
+               (size_t)max_rows) {
+        if (r->evt == NULL && open_location(r, &open_failed, &rc) < 0)
+            break;
         uint64_t got = 0;
-        rc = OTF2_Reader_ReadLocalEvents(r->otf2, r->evt[r->cur], batch, &got);
+        rc = OTF2_Reader_ReadLocalEvents(r->otf2, r->evt, batch, &got);
         if (rc != OTF2_SUCCESS || r->out_of_memory)
             break;
         /* The library can decode a damaged event file as an endless run of events; the
@@ -523,6 +636,7 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
             }
             while (r->depth)
                 close_top(r, r->last_t, 1);
+            close_location(r);
             r->cur++;
             reset_location(r);
         }
@@ -537,14 +651,27 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
                      (unsigned long long)r->locs[r->cur], (unsigned long long)r->declared[r->cur]);
         return NULL;
     }
+    if (open_failed != NULL) {
+        char what[96];
+        snprintf(what, sizeof what, "%s %llu", open_failed, (unsigned long long)r->locs[r->cur]);
+        if (rc == OTF2_SUCCESS) {
+            PyErr_Format(Otf2NativeError, "%s", what);
+            return NULL;
+        }
+        return otf2_error(what, rc);
+    }
     if (rc != OTF2_SUCCESS) {
         char what[64];
         snprintf(what, sizeof what, "cannot read the events of location %llu",
                  (unsigned long long)r->locs[r->cur]);
         return otf2_error(what, rc);
     }
-    PyObject *iv = table_take(&r->iv), *co = table_take(&r->co), *me = table_take(&r->me),
+    size_t co_ready = ready_rows(&r->co_wait, &r->co), me_ready = ready_rows(&r->me_wait, &r->me);
+    PyObject *iv = table_take(&r->iv), *co = table_take_rows(&r->co, co_ready),
+             *me = table_take_rows(&r->me, me_ready),
              *mt = table_take(&r->mt);
+    waiting_handed_out(&r->co_wait, co_ready);
+    waiting_handed_out(&r->me_wait, me_ready);
     if (!iv || !co || !me || !mt) {
         Py_XDECREF(iv);
         Py_XDECREF(co);

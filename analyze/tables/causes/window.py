@@ -214,9 +214,9 @@ def coverage(bounds: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
 def _rank_window(rank: int, st: pd.DataFrame, segs: pd.DataFrame, m: dict[str, np.ndarray]) -> RankWindow:
     step_start = st["start_ns"].to_numpy(np.int64)
     step_end = st["end_ns"].to_numpy(np.int64)
-    bounds, codes = phases.labelled_bounds(
+    bounds, codes, _ = phases.elementary(
         segs["start"].to_numpy(np.int64), segs["end"].to_numpy(np.int64), segs["level"].to_numpy(np.int64),
-        np.concatenate([step_start, step_end]))
+        step_start, step_end)
     blocking = np.sort(m["end_ns"][np.isin(m["kind"], BLOCKING_KINDS)])
     ps = m["kind"] == PER_SAMPLE_KIND
     per_sample = coverage(bounds, m["start_ns"][ps], m["end_ns"][ps]) > 0

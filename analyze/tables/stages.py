@@ -1,0 +1,569 @@
+"""The build as stages of independent tasks, and the files the tasks hand to each other.
+
+An engine (analyze/engine/) runs each stage's tasks, in this process's threads or on a Dask
+cluster; a stage starts when the previous one is done. Tasks exchange Parquet files under
+the tables directory being built (``_work/`` for intermediate rows, removed at the end),
+never Python objects, so a task runs the same in any process on any machine that sees the
+directory, and both engines give the same tables by construction:
+
+1. ``read`` (per bucket of locations): events -> ``intervals``, the raw collective records,
+   messages and metric samples, partitioned by rank (and from Chrome trace JSON, the tables only
+   it fills: ``correlations``, ``chrome_*``); when name patterns matched communication regions, also
+   the outermost of their instances (:mod:`analyze.tables.named`: nesting is per location),
+   whose reports then give the inferred groups and the waits' operations of the whole trace;
+2. ``prepare`` (per group of ranks): per rank, collective instances (recorded and name-only)
+   and messages with their sequence numbers, written whole for step 4 and, as matching keys, hashed into buckets;
+   the candidate steps of every source, counted;
+3. ``match`` (per bucket: the shuffle): collectives grouped by communicator and sequence
+   number, messages paired by sender, receiver, communicator, tag and sequence number;
+4. ``finish`` (per group of ranks): the final ``collectives``, ``p2p``, ``steps``, ``phases``,
+   ``metrics`` and ``device_phases`` of its ranks.
+
+What a task holds at once does not grow with the number of ranks: a read task one chunk, a
+group at most :data:`GROUP_RANKS` ranks (and the phase sweep's windows), a bucket its share of
+the matching keys.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from analyze.readers import dispatch, otf2_native
+from analyze.readers.columns import (
+    COLLECTIVE_COLUMNS,
+    MESSAGE_COLUMNS,
+    METRIC_COLUMNS,
+    Definitions,
+    ReadStats,
+)
+from analyze.schema import (
+    BY_NAME,
+    CHROME_EVENTS,
+    CHROME_FILES,
+    CHROME_TRACKS,
+    COLLECTIVES,
+    COMMUNICATORS,
+    CORRELATIONS,
+    DEVICE_PHASES,
+    INTERVALS,
+    LOCATIONS,
+    METRICS,
+    P2P,
+    PHASES,
+    REGIONS,
+    STEPS,
+    Category,
+    Column,
+    Table,
+)
+from analyze.tables import collectives, device_phases, metrics, named, phases, steps
+from analyze.tables.named import Seen
+from analyze.tables.regions import classify
+from analyze.tables.store import FORMAT, WORK, Store, literal, table_of
+
+GROUP_RANKS = 64  # ranks per prepare/finish task at most
+# Tasks are at most this big (in events) and, up to one per worker (read) or two (groups, so
+# that a slow group does not hold a stage up), at least the smaller size: small traces take
+# few tasks, each of which has fixed costs.
+READ_TASK_EVENTS = (1_000_000, 20_000_000)
+GROUP_EVENTS = 2_000_000
+PHASE_ROWS = 1_000_000  # phase rows collected before they are written
+MATERIALIZE_ROWS = 2_000_000  # a group's collectives and messages held in memory up to this many
+
+# Intermediate tables under _work/ (their rows never reach the run's database).
+# They are partitioned by group of ranks (a task's share): a group task then reads a few files,
+# not a few per rank, which for thousands of small ranks is most of its time.
+RAW_COLLECTIVES = table_of("raw_collectives", {**COLLECTIVE_COLUMNS, "rank_group": np.int32}, "rank_group")
+RAW_MESSAGES = table_of("raw_messages", {**MESSAGE_COLUMNS, "rank_group": np.int32}, "rank_group")
+RAW_METRICS = table_of("raw_metrics", {**METRIC_COLUMNS, "rank_group": np.int32}, "rank_group")
+# what the finish tasks need of the metric channels (metrics.channels: from the whole trace)
+CHANNELS = table_of("channel_rows", {"channel_id": np.int64, "metric_id": np.int64, "member_index": np.int32,
+                                     "name": object, "unit": object, "mode": object, "scale": np.float64})
+# The intervals the steps and the phase sweep look at (main threads; steps and the regions
+# that give segments): in our DDP traces about one in seven, so the later stages scan these
+# instead of every interval. The queries still filter as they would over all intervals.
+MAIN_INTERVALS = Table("main_intervals", "", (*INTERVALS.columns, Column("rank_group", "INTEGER", "")), "rank_group")
+MAIN_CATEGORIES = (Category.STEP, *phases.SEGMENT_CATEGORIES)
+# The intervals of accelerator streams, for the device phases (kernels, copies: few per step).
+DEVICE_INTERVALS = Table("device_intervals", "", MAIN_INTERVALS.columns, "rank_group")
+EXTENTS = table_of("extents", {"rank": np.int32, "start_ns": np.int64, "end_ns": np.int64})
+# Name-only communication (only when a name pattern matched a communication region): what the
+# driver knows of the pattern-classified regions, each read task's instances of communication
+# regions, and the name-only collectives it found, for the groups of ranks to match.
+REGION_PATTERNS = table_of("region_patterns", {"region_id": np.int64, "library": object, "kind": object,
+                                               "blocking": np.bool_})
+COMM_INTERVALS = table_of("comm_intervals", {"location_id": np.int64, "rank": np.int32, "idx": np.int64,
+                                             "start_ns": np.int64, "end_ns": np.int64, "region_id": np.int64})
+NAMED = Table("named", "", (
+    Column("location_id", "BIGINT", ""), Column("rank", "INTEGER", ""), Column("interval_idx", "BIGINT", ""),
+    Column("region_id", "BIGINT", ""), Column("enter_ns", "BIGINT", ""), Column("leave_ns", "BIGINT", ""),
+    Column("op", "VARCHAR", ""), Column("library", "VARCHAR", ""), Column("rank_group", "INTEGER", "")),
+    "rank_group")
+STAGE_TABLES = (INTERVALS, COLLECTIVES, P2P, STEPS, PHASES, METRICS, DEVICE_PHASES,  # written by the tasks
+                CORRELATIONS, CHROME_EVENTS, CHROME_TRACKS, CHROME_FILES)
+# what the shuffle gives when no rank had a collective (or a message) at all
+_NO_MATCHES = {
+    "instances": "SELECT NULL::BIGINT AS comm_id, NULL::BIGINT AS seq, NULL::BIGINT AS last_enter, "
+                 "NULL::BIGINT AS ranks_matched, NULL::BIGINT AS root_enter LIMIT 0",
+    "named_collectives": "SELECT NULL::BIGINT AS location_id, NULL::INTEGER AS rank, "
+                         "NULL::BIGINT AS interval_idx, NULL::BIGINT AS region_id, NULL::BIGINT AS enter_ns, "
+                         "NULL::BIGINT AS leave_ns, NULL::VARCHAR AS op, NULL::BIGINT AS comm_id LIMIT 0",
+    "partners": "SELECT NULL::TINYINT AS direction, NULL::BIGINT AS sender, NULL::BIGINT AS receiver, "
+                "NULL::BIGINT AS comm_id, NULL::BIGINT AS tag, NULL::BIGINT AS seq, "
+                "NULL::BIGINT AS partner_enter_ns LIMIT 0",
+}
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What every task of one build needs (small and picklable)."""
+
+    anchor: str
+    root: str  # the tables directory being built
+    reader: str  # native or python
+    global_offset: int
+    resolution: int
+    buckets: int  # of the shuffle
+    chunk_rows: int = 500_000
+    step_region: str | None = None
+    memory: str | None = None  # DuckDB's memory limit per process (None: DuckDB's default)
+    main_locations: tuple[int, ...] = ()  # each rank's main thread
+    main_regions: tuple[int, ...] = ()  # regions of MAIN_CATEGORIES
+    group_starts: tuple[int, ...] = (0,)  # the first rank of each group (Plan.groups)
+    # regions of the communication categories, when a name pattern matched one (else none:
+    # nothing to recognize by name); then, after the read stage, each library's inferred group
+    comm_regions: tuple[int, ...] = ()
+    named_groups: tuple[tuple[str, int], ...] = ()
+    device_locations: tuple[int, ...] = ()  # accelerator streams (device phases)
+    metrics: bool = False  # after the read stage: whether there are metric channels
+
+    def group_of(self, ranks: np.ndarray) -> np.ndarray:
+        return (np.searchsorted(np.array(self.group_starts), ranks, side="right") - 1).astype(np.int32)
+
+    @property
+    def store(self) -> Store:
+        return Store(self.root)
+
+    @property
+    def work(self) -> Store:
+        return Store(Path(self.root) / WORK)
+
+
+@dataclass(frozen=True)
+class Plan:
+    read: list[tuple[int, list[tuple[int, int, int]]]]  # bucket number, (location, rank, events)
+    read_events: list[int]
+    groups: list[tuple[int, list[int]]]  # group number, ranks (consecutive)
+    buckets: int
+
+    @property
+    def group_starts(self) -> tuple[int, ...]:
+        return tuple(ranks[0] for _, ranks in self.groups) or (0,)
+
+
+@dataclass
+class ReadResult:
+    """What a read task says besides its files: its reader's counts, what it saw of the
+    communication recognized by name (None: nothing to recognize), and the metrics its
+    samples reference."""
+
+    stats: ReadStats
+    named: Seen | None
+    metric_ids: set[int]
+
+
+def main_of(defs: Definitions, categories: Mapping[int, str] | None = None,
+            ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(main locations, regions of MAIN_CATEGORIES) for :class:`Spec`; ``categories``: each
+    region's category as the build classified it (default: by the default patterns)."""
+    if categories is None:
+        categories = {r.region_id: classify(r.name, r.paradigm, r.role, r.canonical_name) for r in defs.regions}
+    regions = tuple(r.region_id for r in defs.regions if categories[r.region_id] in MAIN_CATEGORIES)
+    return tuple(loc.location_id for loc in defs.locations if loc.is_main), regions
+
+
+def comm_of(categories: Mapping[int, str], pattern_kinds: list[str]) -> tuple[int, ...]:
+    """The regions :func:`named.outer_instances` looks at (:attr:`Spec.comm_regions`): those of
+    the communication categories, when any name pattern matched a communication region."""
+    if not named.communicates(pattern_kinds):
+        return ()
+    return tuple(sorted(r for r, c in categories.items() if c in named.COMM))
+
+
+def plan(defs: Definitions, reader: str, workers: int) -> Plan:
+    """Split the work: locations into read buckets of similar event counts (one bucket for
+    the Python reader, which reads the whole archive at once), ranks into groups."""
+    events = sum(loc.events for loc in defs.locations)
+    small, large = READ_TASK_EVENTS
+    if reader == "native":
+        n = max(min(workers, math.ceil(events / small)), math.ceil(events / large))
+        declared = {loc.location_id: loc.events for loc in defs.locations}
+        parts = [[(loc, rank, declared[loc]) for loc, rank in b] for b in otf2_native.buckets(defs, n)]
+    else:
+        parts = [[(loc.location_id, loc.rank, loc.events) for loc in defs.locations]]
+    ranks = sorted({loc.rank for loc in defs.locations})
+    n_groups = max(math.ceil(len(ranks) / GROUP_RANKS),
+                   min(2 * workers, math.ceil(events / GROUP_EVENTS), len(ranks)), 1)
+    size = math.ceil(len(ranks) / n_groups) if ranks else 1
+    groups = [(g, ranks[i:i + size]) for g, i in enumerate(range(0, len(ranks), size))]
+    return Plan(read=list(enumerate(parts)), read_events=[sum(x[2] for x in p) for p in parts],
+                groups=groups, buckets=max(1, len(groups)))
+
+
+def prepare_directories(spec: Spec) -> None:
+    """The directories the shuffle's writers share (each rank's own are made by the tasks
+    that write it: a group task its ranks', a read task a rank's intervals as they come)."""
+    for table in (RAW_COLLECTIVES, RAW_MESSAGES, RAW_METRICS, MAIN_INTERVALS, DEVICE_INTERVALS, NAMED):
+        spec.work.prepare(table, range(len(spec.group_starts)))
+    for name in ("arrivals", "msg_keys"):
+        base = spec.work.root / name
+        for k in range(spec.buckets):
+            (base / f"bucket={k}").mkdir(parents=True, exist_ok=True)
+
+
+# ---- one DuckDB per process and build ------------------------------------------------------
+
+_instances: dict[str, duckdb.DuckDBPyConnection] = {}
+_lock = threading.Lock()
+
+
+def _connect(spec: Spec) -> duckdb.DuckDBPyConnection:
+    """A cursor of this process's DuckDB for ``spec``'s build: tasks running side by side in one
+    process share its memory limit, and it spills into the build's own directory."""
+    with _lock:
+        con = _instances.get(spec.root)
+        if con is None:
+            spill = Path(spec.root) / WORK / f"spill-{os.uname().nodename}-{os.getpid()}"
+            config: dict[str, Any] = {"preserve_insertion_order": False, "temp_directory": str(spill)}
+            if spec.memory is not None:
+                config["memory_limit"] = spec.memory
+            con = _instances[spec.root] = duckdb.connect(config=config)
+        return con.cursor()
+
+
+def release(root: str) -> None:
+    """Close this process's DuckDB for the build in ``root`` (called when the build ends)."""
+    with _lock:
+        con = _instances.pop(root, None)
+    if con is not None:
+        con.close()
+
+
+def _definition_views(spec: Spec, con: duckdb.DuckDBPyConnection) -> None:
+    for table in (LOCATIONS, REGIONS, COMMUNICATORS):
+        spec.store.view(con, table, temporary=True)
+
+
+# ---- 1. read -------------------------------------------------------------------------------
+
+def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
+         progress: Callable[[int], None] | None = None) -> ReadResult:
+    """Read one bucket's locations; write their intervals and raw rows, and their name-only
+    collectives. ``progress`` is called with the events of each chunk (in-process engines
+    only)."""
+    number, locations = bucket
+    if spec.reader == "native":
+        chunks = otf2_native.read_locations(Path(spec.anchor), locations, spec.global_offset,
+                                            spec.resolution, spec.chunk_rows)
+    else:  # the Python OTF2 reader or Chrome trace JSON: the whole trace in one bucket
+        _, _, chunks = dispatch.read(Path(spec.anchor), spec.chunk_rows, "python")
+    con = _connect(spec)
+    stats = ReadStats()
+    main_locations = np.array(spec.main_locations, dtype=np.int64)
+    main_regions = np.array(spec.main_regions, dtype=np.int64)
+    comm_regions = np.array(spec.comm_regions, dtype=np.int64)
+    device_locations = np.array(spec.device_locations, dtype=np.int64)
+    extents: list[dict[str, np.ndarray]] = []
+    metric_ids: set[int] = set()
+    try:
+        for i, chunk in enumerate(chunks):
+            tag = f"b{number}c{i}"
+            rows = chunk.intervals
+            if len(rows["idx"]):
+                rows = {**rows, "duration_ns": rows["end_ns"] - rows["start_ns"]}
+                spec.store.write_arrays(con, INTERVALS, rows, tag, nullable=_PARENT)
+                main = np.isin(rows["location_id"], main_locations) & np.isin(rows["region_id"], main_regions)
+                main_rows = {k: v[main] for k, v in rows.items()}
+                spec.work.write_arrays(con, MAIN_INTERVALS, {**main_rows, "rank_group": spec.group_of(main_rows["rank"])},
+                                       tag, nullable=_PARENT)
+                extents.append(_extents(rows))
+                if len(device_locations):
+                    dev = np.isin(rows["location_id"], device_locations)
+                    spec.work.write_arrays(con, DEVICE_INTERVALS, {k: v[dev] for k, v in rows.items()} | {
+                        "rank_group": spec.group_of(rows["rank"][dev])}, tag, nullable=_PARENT)
+                if len(comm_regions):
+                    comm = np.isin(rows["region_id"], comm_regions)
+                    spec.work.write_arrays(con, COMM_INTERVALS, {c.name: rows[c.name][comm]
+                                                                 for c in COMM_INTERVALS.columns}, tag)
+            for table, raw in ((RAW_COLLECTIVES, chunk.collectives), (RAW_MESSAGES, chunk.messages),
+                               (RAW_METRICS, chunk.metrics)):
+                if len(raw["rank"]):
+                    spec.work.write_arrays(con, table, {**raw, "rank_group": spec.group_of(raw["rank"])}, tag)
+            if len(chunk.metrics["metric_id"]):
+                metric_ids.update(int(m) for m in np.unique(chunk.metrics["metric_id"]))
+            for name, columns in chunk.tables.items():  # Chrome trace JSON's own tables
+                spec.store.write_columns(con, BY_NAME[name], columns, tag)
+            if chunk.stats is not None:
+                stats = chunk.stats
+            if progress is not None and chunk.events:
+                progress(chunk.events)
+        if extents:
+            spec.work.write_columns(con, EXTENTS, {k: np.concatenate([e[k] for e in extents])
+                                                   for k in extents[0]}, f"b{number}")
+        seen = _named(spec, con, number) if len(comm_regions) else None
+    finally:
+        con.close()
+    return ReadResult(stats, seen, metric_ids)
+
+
+def _named(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> Seen:
+    """The bucket's outermost communication instances matched by name: its name-only
+    collectives written for the groups, and what it saw of each library."""
+    work = spec.work
+    mine = f"b{number}c*.parquet"
+    _definition_views(spec, con)
+    work.view(con, REGION_PATTERNS, temporary=True)
+    for table, files in ((COMM_INTERVALS, f"{COMM_INTERVALS.name}/{mine}"),
+                         (RAW_COLLECTIVES, f"{RAW_COLLECTIVES.name}/*/{mine}")):
+        cols = [c for c in table.columns if c.name != table.partition_by]
+        found = work.source(files)
+        select = (f"SELECT {', '.join(c.name for c in cols)} FROM read_parquet({found}, hive_partitioning = false)"
+                  if found else "SELECT " + ", ".join(f"NULL::{c.type} AS {c.name}" for c in cols) + " LIMIT 0")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {table.name} AS {select}")
+    outer, bounds = f"named_outer_{number}", f"group_bounds_{number}"
+    starts = list(spec.group_starts)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {bounds} (rank_group INTEGER, lo BIGINT, hi BIGINT)")
+    con.executemany(f"INSERT INTO {bounds} VALUES (?, ?, ?)",
+                    [(g, lo, hi) for g, (lo, hi) in enumerate(zip(starts, [*starts[1:], 1 << 62], strict=True))])
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {outer} AS {named.outer_instances()}")
+    try:
+        work.write(con, NAMED, f"""
+            SELECT n.location_id, n.rank, n.idx AS interval_idx, n.region_id, n.start_ns AS enter_ns,
+                   n.end_ns AS leave_ns, n.op, n.library, b.rank_group
+            FROM ({named.collective_instances(outer)}) n JOIN {bounds} b ON n.rank >= b.lo AND n.rank < b.hi
+        """, f"b{number}")
+        return Seen.of(con, outer)
+    finally:
+        con.execute(f"DROP TABLE {outer}")
+        con.execute(f"DROP TABLE {bounds}")
+
+
+_PARENT = frozenset({"parent_idx"})  # -1 from the readers: at the top, NULL in the table
+
+
+def _extents(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per rank in a chunk of interval rows: the first start and the last end."""
+    rank = rows["rank"]
+    order = np.argsort(rank, kind="stable") if not bool(np.all(rank[1:] >= rank[:-1])) else None
+    rank, start, end = ((rank, rows["start_ns"], rows["end_ns"]) if order is None else
+                        (rank[order], rows["start_ns"][order], rows["end_ns"][order]))
+    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])
+    return {"rank": rank[first], "start_ns": np.minimum.reduceat(start, first),
+            "end_ns": np.maximum.reduceat(end, first)}
+
+
+# ---- 2. prepare ----------------------------------------------------------------------------
+
+def _bucket_of(spec: Spec, *keys: str) -> str:
+    """A bucket number from integer key columns (NULL counts as -1); the same on every task."""
+    mixed = " + ".join(f"coalesce({k}, -1) * {m}" for k, m in zip(keys, (1, 1_000_003, 10_007, 101, 7),
+                                                                    strict=False))
+    return f"CAST(abs({mixed}) % {spec.buckets} AS INTEGER) AS bucket"
+
+
+def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
+    """Per rank of the group: collective instances and messages with their sequence numbers,
+    their matching keys hashed into buckets, and the candidate steps; returns how many steps
+    each candidate source found."""
+    number, ranks = group
+    work = spec.work
+    con = _connect(spec)
+    try:
+        _definition_views(spec, con)
+        work.view(con, RAW_COLLECTIVES, [number], temporary=True)
+        work.view(con, RAW_MESSAGES, [number], temporary=True)
+        _named_view(spec, con, number)
+        collectives.create_op_names(con)
+        tag = f"g{number}"
+        rows = work.root / "coll_rows" / f"{tag}.parquet"
+        rows.parent.mkdir(parents=True, exist_ok=True)
+        con.execute(f"COPY ({collectives.collective_rows()}) TO {literal(rows)} ({FORMAT})")
+        con.execute(f"""COPY (SELECT comm_id, seq, enter_ns, is_root, {_bucket_of(spec, 'comm_id', 'seq')}
+                              FROM read_parquet({work.source(f'coll_rows/{tag}.parquet')}))
+                        TO {literal(work.root / 'arrivals')} ({FORMAT}, PARTITION_BY (bucket),
+                           FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
+        rows = work.root / "msg_rows" / f"{tag}.parquet"
+        rows.parent.mkdir(parents=True, exist_ok=True)
+        con.execute(f"COPY ({collectives.message_rows()}) TO {literal(rows)} ({FORMAT})")
+        con.execute(f"""COPY (SELECT direction, sender, receiver, comm_id, tag, seq, enter_ns,
+                                     {_bucket_of(spec, 'sender', 'receiver', 'comm_id', 'tag', 'seq')}
+                              FROM read_parquet({work.source(f'msg_rows/{tag}.parquet')}))
+                        TO {literal(work.root / 'msg_keys')} ({FORMAT}, PARTITION_BY (bucket),
+                           FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
+        counts = {}
+        for source in steps.SOURCES:
+            if source == "region" and spec.step_region is None:
+                continue
+            # the steps' queries over only the intervals they can pick (see MAIN_INTERVALS)
+            if source == "marker":
+                work.view(con, MAIN_INTERVALS, [number], name="intervals", temporary=True)
+            elif source == "region":
+                spec.store.view(con, INTERVALS, ranks, temporary=True)
+            else:
+                listed = ", ".join(str(int(r)) for r in ranks)
+                con.execute(f"CREATE OR REPLACE TEMP VIEW intervals AS SELECT * FROM ({work.scan(EXTENTS)}) "
+                            f"WHERE rank IN ({listed})")
+            out = work.root / f"steps_{source}" / f"{tag}.parquet"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            written = con.execute(f"COPY ({steps.candidate(source, spec.step_region)}) "
+                                  f"TO {literal(out)} ({FORMAT})").fetchone()
+            counts[source] = int(written[0]) if written else 0
+        return counts
+    finally:
+        con.close()
+
+
+def _named_view(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> None:
+    """View named_collectives: the group's name-only collectives with their library's group."""
+    if not spec.named_groups:
+        con.execute(f"CREATE OR REPLACE TEMP VIEW named_collectives AS {_NO_MATCHES['named_collectives']}")
+        return
+    ids = ", ".join(f"({literal(lib)}, {int(comm)})" for lib, comm in spec.named_groups)
+    con.execute(f"""
+        CREATE OR REPLACE TEMP VIEW named_collectives AS
+        SELECT n.location_id, n.rank, n.interval_idx, n.region_id, n.enter_ns, n.leave_ns, n.op, g.comm_id
+        FROM ({spec.work.scan(NAMED, [number])}) n JOIN (VALUES {ids}) g(library, comm_id) USING (library)
+    """)
+
+
+# ---- 3. match ------------------------------------------------------------------------------
+
+def match(k: int, spec: Spec) -> None:
+    """Bucket ``k`` of the shuffle: collective instances across ranks, message partners."""
+    con = _connect(spec)
+    try:
+        for name, view, query, out in (
+                ("arrivals", "coll_rows", collectives.collective_match(), "instances"),
+                ("msg_keys", "msg_keys", collectives.message_match(), "partners")):
+            files = spec.work.source(f"{name}/bucket={k}/*.parquet")
+            if files is None:
+                continue
+            (spec.work.root / out).mkdir(parents=True, exist_ok=True)
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet({files})")
+            con.execute(f"COPY ({query}) TO {literal(spec.work.root / out / f'{k}.parquet')} ({FORMAT})")
+    finally:
+        con.close()
+
+
+# ---- 4. finish -----------------------------------------------------------------------------
+
+def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
+    """The final collectives, p2p, steps, phases, metrics and device phases of the group's ranks."""
+    number, ranks = group
+    work, store, tag = spec.work, spec.store, f"g{number}"
+    for table in (COLLECTIVES, P2P, STEPS, PHASES, METRICS, DEVICE_PHASES):  # DuckDB's partitioned writes need them
+        store.prepare(table, ranks)
+    con = _connect(spec)
+    try:
+        _definition_views(spec, con)
+        # a group's rows files exist even when empty; the shuffle's outputs only where rows were
+        for view, rows, matched in (("coll_rows", "coll_rows", "instances"), ("msg_rows", "msg_rows", "partners")):
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS "
+                        f"SELECT * FROM read_parquet({work.source(f'{rows}/{tag}.parquet')})")
+            files = work.source(f"{matched}/*.parquet")
+            if files is not None:
+                con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS SELECT * FROM read_parquet({files})")
+            else:
+                con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS {_NO_MATCHES[matched]}")
+        counted = con.execute("SELECT (SELECT count(*) FROM coll_rows) + (SELECT count(*) FROM msg_rows)").fetchone()
+        if counted is not None and counted[0] <= MATERIALIZE_ROWS:
+            # kept for the phase sweep, which would otherwise read them back rank by rank
+            con.execute(f"CREATE OR REPLACE TEMP TABLE collectives AS {collectives.collective_final()}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE p2p AS {collectives.message_final()}")
+            store.write(con, COLLECTIVES, "SELECT * FROM collectives", tag, ranks)
+            store.write(con, P2P, "SELECT * FROM p2p", tag, ranks)
+        else:
+            store.write(con, COLLECTIVES, collectives.collective_final(), tag, ranks)
+            store.write(con, P2P, collectives.message_final(), tag, ranks)
+            for table in (COLLECTIVES, P2P):
+                store.view(con, table, ranks, temporary=True)
+        candidates = work.source(f"steps_{source}/{tag}.parquet")
+        store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
+        con.execute(f"CREATE OR REPLACE TEMP VIEW steps AS SELECT * FROM read_parquet({candidates})")
+        work.view(con, MAIN_INTERVALS, [number], name="intervals", temporary=True)  # all the sweep needs
+        _phases(spec, con, tag)
+        if spec.metrics:
+            work.view(con, RAW_METRICS, [number], temporary=True)
+            work.view(con, CHANNELS, temporary=True)
+            store.write(con, METRICS, metrics.METRIC_ROWS, tag, ranks)
+        if spec.device_locations:
+            # the device phases look at the accelerator streams and the main threads
+            con.execute(f"CREATE OR REPLACE TEMP VIEW intervals AS SELECT * FROM ({work.scan(MAIN_INTERVALS, [number])}) "
+                        f"UNION ALL SELECT * FROM ({work.scan(DEVICE_INTERVALS, [number])})")
+            written = 0
+
+            def emit(rows: dict[str, np.ndarray]) -> None:
+                nonlocal written
+                store.write_columns(con, DEVICE_PHASES, rows, f"{tag}d{written}")
+                written += 1
+
+            device_phases.build_device_phases(con, emit, ranks)
+    finally:
+        con.close()
+
+
+def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str) -> None:
+    pending: list[dict[str, np.ndarray]] = []
+    held = 0
+    written = 0
+
+    def flush() -> None:
+        nonlocal pending, held, written
+        if pending:
+            rows = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
+            spec.store.write_columns(con, PHASES, rows, f"{tag}w{written}")
+            written += 1
+        pending, held = [], 0
+
+    def emit(rank: int, step_ids: np.ndarray, totals: np.ndarray) -> None:
+        nonlocal held
+        pending.append(phases.phase_rows(rank, step_ids, totals))
+        held += len(step_ids) * len(phases.PHASES)
+        if held >= PHASE_ROWS:
+            flush()
+
+    phases.build_phases(con, emit)
+    flush()
+
+
+# ---- after the stages ----------------------------------------------------------------------
+
+def fill_empty(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> list[Table]:
+    """Give every table without rows one empty file with its columns, so that every reader
+    (DuckDB's views, Spark, pandas) finds each table, empty or not; returns those tables."""
+    filled = []
+    for table in tables:
+        if store.files(table):
+            continue
+        base = store.dir(table) / (f"{table.partition_by}=0" if table.partition_by else "")
+        base.mkdir(parents=True, exist_ok=True)
+        cols = [c for c in table.columns if c.name != table.partition_by]
+        empty = ", ".join(f"CAST(NULL AS {c.type}) AS {c.name}" for c in cols)
+        con.execute(f"COPY (SELECT {empty} LIMIT 0) TO {literal(base / 'empty.parquet')} ({FORMAT})")
+        filled.append(table)
+    return filled
+
+
+def remove_work(spec: Spec) -> None:
+    shutil.rmtree(spec.work.root, ignore_errors=True)
+

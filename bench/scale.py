@@ -1,0 +1,199 @@
+"""`analyze phases` at scale, side by side: against the `otf2` Python API and Pipit, at 10^8
+events, and on the Dask engine with 1 and 2 workers (and what that predicts for 64).
+
+    python -m bench.scale ratios --events 10M --python-events 1M --pipit /tmp/pipit --pipit-events 200k
+    python -m bench.scale big --events 100M
+    python -m bench.scale dask --events 1G --ranks 16 --workers 1,2
+
+``ratios``: OTF2 -> queryable tables, end to end (``analyze.build`` with the local engine, as
+``analyze phases`` runs it), on the same synthetic archive for us; the ``otf2`` package's
+Python API (our pipeline with the Python reader) and Pipit (``pipit.Trace.from_otf2``, then its
+exclusive-time metric, which pairs Enter and Leave as our intervals do; its source fetched from
+github.com/hpcgroup/pipit, not vendored) on smaller archives of the same kind, because they
+read 0.1 and 0.02 M events/s. Their times are extrapolated per event to the big archive (the
+table says which numbers are), which is fair to them: their cost grows at least linearly.
+``big``: time and peak memory of one large build. ``dask``: the Dask engine on a local
+cluster of 1 and 2 worker processes; each stage's tasks' summed and longest times give, for
+W workers, a stage time of max(summed / W, longest), checked against the measured 1 and 2
+workers and then computed for 64. Every measured run is its own process; the load average
+is printed with each result (the machine is shared: repeat runs made under load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import measure, synth
+
+
+def child(kind: str, run: str, db: str, extra: str) -> None:
+    """One measured run; prints JSON: seconds, events, peak RSS, and what else it knows."""
+    out: dict[str, object] = {}
+    if kind == "pipit":
+        import resource
+
+        sys.path.insert(0, extra)
+        import pipit
+
+        t0 = time.perf_counter()
+        trace = pipit.Trace.from_otf2(run)
+        read = time.perf_counter() - t0
+        trace.calc_exc_metrics(["Timestamp (ns)"])
+        out = {"seconds": time.perf_counter() - t0, "read_seconds": read, "events": len(trace.events),
+               "worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+    else:
+        import duckdb
+
+        import analyze
+        from analyze.tables import database, phases  # imported before the clock starts
+
+        assert database
+
+        engine: object = "local"
+        if kind.startswith("dask"):
+            from analyze.engine.on_dask import DaskEngine
+
+            t0 = time.perf_counter()
+            engine = DaskEngine.connect(None, workers=int(kind[4:]))
+            out["cluster_start_seconds"] = time.perf_counter() - t0
+        reader = "python" if kind == "python" else "native"
+        t0 = time.perf_counter()
+        paths = analyze.build(run, db=db, force=True, reader=reader, engine=engine)  # type: ignore[arg-type]
+        with duckdb.connect(str(paths.db), read_only=True) as con:
+            phases.summary(con)
+            out["events"] = con.execute("select events from runs").fetchone()[0]  # type: ignore[index]
+            info = dict(con.execute("select key, value from build_info").fetchall())
+        out["seconds"] = time.perf_counter() - t0
+        out["stages"] = json.loads(info["stages"])
+        if kind.startswith("dask"):
+            out["worker_rss_mb"] = max(engine.peak_rss_mb().values())  # type: ignore[attr-defined]
+            engine.close()  # type: ignore[attr-defined]
+    out["rss_mb"] = measure.peak_rss_mb()
+    out["load"] = measure.load()
+    print(json.dumps(out))
+
+
+def run_child(kind: str, run_dir: Path, tmp: Path, extra: str = "") -> dict:
+    out = measure.run(measure.python("-m", "bench.scale", "--child", kind, str(run_dir),
+                                     str(tmp / f"{kind}.duckdb"), extra), timeout=6 * 3600).json()
+    print(f"  {kind}: {out['events']:,} events, {out['seconds']:.2f} s, peak RSS {out['rss_mb']:.0f} MB"
+          f"{', worker ' + format(out['worker_rss_mb'], '.0f') + ' MB' if 'worker_rss_mb' in out else ''}"
+          f", load {out['load']}", flush=True)
+    return out
+
+
+def repeated(kind: str, run_dir: Path, repeat: int, tmp: Path, extra: str = "") -> dict:
+    """The run with the median time of ``repeat`` runs, with every run's load."""
+    runs = sorted((run_child(kind, run_dir, tmp, extra) for _ in range(repeat)), key=lambda r: r["seconds"])
+    best = dict(runs[len(runs) // 2])
+    best["loads"] = " ".join(r["load"] for r in runs)
+    best["runs"] = len(runs)
+    return best
+
+
+def ratios(ns: argparse.Namespace, tmp: Path) -> None:
+    big, n = synth.cached(ns.events, ns.ranks)
+    rows: list[list[object]] = []
+    ours = repeated("ours", big, ns.repeat, tmp)
+    per_event = ours["seconds"] / n
+    rows.append(["analyze phases (native, local)", f"{n:,}", ours["runs"], ours["seconds"], n / ours["seconds"] / 1e6,
+                 ours["rss_mb"], "", "measured", ours["loads"]])
+    others = [("otf2 Python API", "python", ns.python_events, "")]
+    if ns.pipit:
+        others.append(("Pipit", "pipit", ns.pipit_events, ns.pipit))
+    for label, kind, events, extra in others:
+        run_dir, m = synth.cached(events, ns.ranks)
+        out = repeated(kind, run_dir, ns.repeat_slow, tmp, extra)
+        seconds = out["seconds"] / m * n
+        rss = out["rss_mb"] + out.get("worker_rss_mb", 0)
+        slower = (out["seconds"] / m) / per_event  # their time per event over ours
+        rows.append([label, f"{m:,}", out["runs"], out["seconds"], m / out["seconds"] / 1e6, rss, slower,
+                     "measured", out["loads"]])
+        if m != n:
+            rows.append([f"{label}, extrapolated", f"{n:,}", "", seconds, n / seconds / 1e6,
+                         rss / m * n, slower, "per event from the line above", ""])
+    print(measure.table(["tool", "events", "runs", "s", "M ev/s", "peak RSS MB", "x ours (per event)",
+                         "how", "load (1/5 min) per run"], rows))
+    stages(ours["stages"])
+
+
+def stages(times: list[dict]) -> None:
+    print(measure.table(["stage", "tasks", "wall s", "tasks' summed s", "longest task s"],
+                        [[t["label"], t["tasks"], t["wall"], t["busy"], t["longest"]] for t in times]))
+
+
+def big(ns: argparse.Namespace, tmp: Path) -> None:
+    run_dir, n = synth.cached(ns.events, ns.ranks)
+    out = repeated("ours", run_dir, ns.repeat, tmp)
+    print(measure.table(["events", "runs", "s", "M ev/s", "peak RSS MB", "load (1/5 min) per run"],
+                        [[f"{n:,}", out["runs"], out["seconds"], n / out["seconds"] / 1e6, out["rss_mb"],
+                          out["loads"]]]))
+    stages(out["stages"])
+
+
+def predicted(times: list[dict], workers: int) -> float:
+    """Stage times from the tasks' summed and longest times, for ``workers`` workers."""
+    return sum(max(t["busy"] / workers, t["longest"]) for t in times)
+
+
+def dask(ns: argparse.Namespace, tmp: Path) -> None:
+    run_dir, n = synth.cached(ns.events, ns.ranks, shared=ns.shared)
+    counts = [int(w) for w in ns.workers.split(",")]
+    results = {w: repeated(f"dask{w}", run_dir, ns.repeat, tmp) for w in counts}
+    rows: list[list[object]] = []
+    base = results[counts[0]]["seconds"]
+    for w in counts:
+        r = results[w]
+        staged = sum(t["wall"] for t in r["stages"])
+        rows.append([w, f"{n:,}", r["runs"], r["seconds"], n / r["seconds"] / 1e6, base / r["seconds"],
+                     staged, predicted(r["stages"], w) + (r["seconds"] - staged), r["worker_rss_mb"], r["rss_mb"],
+                     r["cluster_start_seconds"], r["loads"]])
+    print(measure.table(["workers", "events", "runs", "s", "M ev/s", "speedup", "stages s",
+                         "predicted s", "worker peak RSS MB", "driver peak RSS MB", "cluster start s",
+                         "load (1/5 min) per run"], rows))
+    one = results[counts[0]]
+    driver = one["seconds"] - sum(t["wall"] for t in one["stages"])
+    print(f"per-stage costs measured with {counts[0]} worker(s):")
+    stages(one["stages"])
+    for w in (16, 64):
+        p = predicted(one["stages"], w) + driver
+        print(f"predicted with {w} workers: {p:.1f} s ({n / p / 1e6:.1f} M events/s): stages "
+              f"max(summed / {w}, longest task) + {driver:.1f} s outside the stages (driver, definitions, "
+              "views), assuming the archive's events spread over enough locations for the tasks")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("what", nargs="?", choices=("ratios", "big", "dask"))
+    p.add_argument("--events", type=synth.parse_count, default=synth.parse_count("10M"))
+    p.add_argument("--ranks", type=int, default=2)
+    p.add_argument("--shared", action="store_true", help="dask: ranks share one record stream (bench.synth)")
+    p.add_argument("--repeat", type=int, default=2, help="runs of ours (median shown)")
+    p.add_argument("--repeat-slow", type=int, default=1, help="runs of the Python API and Pipit")
+    p.add_argument("--python-events", type=synth.parse_count, default=synth.parse_count("1M"))
+    p.add_argument("--pipit", help="directory holding Pipit's source (the pipit package)")
+    p.add_argument("--pipit-events", type=synth.parse_count, default=synth.parse_count("200k"))
+    p.add_argument("--workers", default="1,2", help="dask: worker counts")
+    p.add_argument("--child", nargs=4, metavar=("KIND", "RUN", "DB", "EXTRA"), help=argparse.SUPPRESS)
+    ns = p.parse_args(argv)
+    if ns.child:
+        child(*ns.child)
+        return 0
+    if ns.what is None:
+        p.error("say what to measure: ratios, big or dask")
+    measure.stop_children_on_sigterm()
+    print(measure.machine())
+    with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=os.environ.get("DLTRACE_BENCH_TMP")) as tmp:
+        {"ratios": ratios, "big": big, "dask": dask}[ns.what](ns, Path(tmp))
+    print(f"load avg at the end: {measure.load()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

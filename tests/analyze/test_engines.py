@@ -1,0 +1,179 @@
+"""The local and the Dask engine build identical tables: on every real Score-P fixture (metric
+and device ones included) and Kineto fixture, on generated archives (the benchmark's DDP-like
+steps on 2 and 8 ranks, random unbalanced record streams, a literal trace with every kind of
+matching, one with communication recognized by name only) and with either reader.
+
+Both run the same task functions; what differs is the process a task runs in (threads here,
+worker processes of a local Dask cluster there), how its arguments and results travel
+(pickled) and which tasks run side by side. The Dask cluster (2 single-threaded workers) is
+started once for the module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import analyze
+from analyze.engine.local import LocalEngine
+from analyze.schema import COLLECTIVES, REGIONS
+from analyze.tables import stages
+from tests.analyze.snapshot import snapshot
+from tests.analyze.test_native_reader import random_spec
+from tests.conftest import ROOT
+from tests.literal import write_literal
+from traceio.otf2_writer import write_archive
+
+FIXTURES = sorted(p.parent.relative_to(ROOT / "tests" / "fixtures")
+                  for p in (ROOT / "tests" / "fixtures").glob("scorep*/*/traces.otf2"))
+KINETO = sorted(p.relative_to(ROOT / "tests" / "fixtures") for p in (ROOT / "tests" / "fixtures" / "kineto").iterdir()
+                if p.is_dir())
+MS = 1_000_000
+RANKS_MATCHED = COLLECTIVES.names.index("ranks_matched")
+
+
+@pytest.fixture(scope="module")
+def dask_engine() -> Iterator[object]:
+    from analyze.engine.on_dask import DaskEngine
+
+    engine = DaskEngine.connect(None, workers=2)
+    yield engine
+    engine.close()
+
+
+def same_tables(run: Path, tmp_path: Path, dask_engine: object, **options: object) -> dict[str, list]:
+    """Build ``run`` with both engines (the local one with 2 threads, as the cluster has 2
+    workers, so both split the work alike) and check that every table is identical."""
+    local = analyze.build(run, db=tmp_path / "local.duckdb", engine=LocalEngine(2), **options).db
+    dask = analyze.build(run, db=tmp_path / "dask.duckdb", engine=dask_engine, **options).db
+    ours, theirs = snapshot(local), snapshot(dask)
+    assert theirs == ours
+    return ours
+
+
+def literal_run(path: Path) -> Path:
+    """Two ranks, two steps: blocking and asynchronous allreduces, a broadcast with a late
+    root, a late sender, a nested user region."""
+    coll = {"op": "allreduce", "bytes": 4096}
+    items = []
+    for step in range(2):
+        t = step * 300 * MS
+        items += [
+            (0, "dltrace.step", t, t + 200 * MS), (0, "MPI_Allreduce", t + 100 * MS, t + 160 * MS, coll),
+            (1, "dltrace.step", t, t + 210 * MS), (1, "MPI_Allreduce", t + 150 * MS, t + 160 * MS, coll),
+            (0, "MPI_Bcast", t + 165 * MS, t + 170 * MS, {"op": "bcast", "bytes": 64, "root": 1}),
+            (1, "MPI_Bcast", t + 168 * MS, t + 170 * MS, {"op": "bcast", "bytes": 64, "root": 1}),
+            (0, "MPI_Send", t + 20 * MS, t + 30 * MS, {"send": 1, "tag": 7, "bytes": 64}),
+            (1, "MPI_Recv", t + 10 * MS, t + 32 * MS, {"recv": 0, "tag": 7, "bytes": 64}),
+            (0, "outer", t + 40 * MS, t + 80 * MS), (0, "inner", t + 50 * MS, t + 60 * MS),
+            (1, "torch.distributed.all_reduce", t + 40 * MS, t + 90 * MS,
+             {"op": "allreduce", "bytes": 100, "lane": True}),
+            (0, "torch.distributed.all_reduce", t + 45 * MS, t + 90 * MS,
+             {"op": "allreduce", "bytes": 100, "lane": True}),
+        ]
+    write_literal(path, items)
+    return path
+
+
+def test_literal_trace(tmp_path: Path, dask_engine: object) -> None:
+    tables = same_tables(literal_run(tmp_path / "run"), tmp_path, dask_engine)
+    # 2 ranks x 2 steps x (allreduce, bcast, lane allreduce); 2 sends and 2 receives
+    assert len(tables["collectives"]) == 12 and len(tables["p2p"]) == 4
+    assert len(tables["phases"]) == 2 * 2 * 5
+
+
+def named_run(path: Path) -> Path:
+    """Four ranks, two steps, communication recognized by name beside a recorded allreduce:
+    LBANN's allreduce enclosing Aluminum's, a GPI-2 barrier, Gloo on a worker thread, a
+    non-blocking LBANN allreduce and the wait that completes it, and mylib's allreduce (a
+    pattern of the user's own file)."""
+    lbann = "void lbann::lbann_comm::allreduce<float>(float*, int, El::mpi::Comm const&, El::mpi::Op)"
+    al = ("void Al::Allreduce<Al::MPIBackend, float>(float const*, float*, unsigned long, Al::ReductionOperator, "
+          "Al::MPIBackend::comm_type&, Al::MPIBackend::allreduce_algo_type)")
+    items = []
+    for rank in range(4):
+        late = 2 * rank
+        for step in range(2):
+            t = step * 100
+            items += [
+                (rank, "dltrace.step", t * MS, (t + 100) * MS),
+                (rank, "lbann::model::backward_prop()", (t + 5) * MS, (t + 40) * MS),
+                (rank, "void lbann::lbann_comm::nb_allreduce<float>(float*, int, El::mpi::Comm const&, "
+                 "Al::request&, El::mpi::Op)", (t + 10) * MS, (t + 11) * MS),
+                (rank, "lbann::lbann_comm::wait(Al::request&)", (t + 40) * MS, (t + 45) * MS),
+                (rank, lbann, (t + 50 + late) * MS, (t + 60) * MS), (rank, al, (t + 51 + late) * MS, (t + 59) * MS),
+                (rank, "gaspi_barrier", (t + 62) * MS, (t + 66 + late) * MS),
+                (rank, "MPI_Allreduce", (t + 70 + late) * MS, (t + 78) * MS, {"op": "allreduce", "bytes": 64}),
+                (rank, "mylib::sum_gradients(float*)", (t + 80 + late) * MS, (t + 88) * MS),
+                (rank, "gloo::allreduce(gloo::AllreduceOptions const&)", (t + 20 + late) * MS, (t + 30) * MS,
+                 {"lane": True}),
+            ]
+    write_literal(path, items)
+    return path
+
+
+def test_name_only_collectives(tmp_path: Path, dask_engine: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    # tasks of a few events: two read buckets, a group and a shuffle bucket per rank, so the
+    # inferred groups and the waits' operations are joined from several tasks' reports
+    monkeypatch.setattr(stages, "READ_TASK_EVENTS", (1, stages.READ_TASK_EVENTS[1]))
+    monkeypatch.setattr(stages, "GROUP_EVENTS", 1)
+    mine = tmp_path / "mylib.toml"
+    mine.write_text('[[pattern]]\nlibrary = "mylib"\nglob = "mylib::sum_gradients"\ncategory = "allreduce"\n')
+    tables = same_tables(named_run(tmp_path / "run"), tmp_path, dask_engine, patterns=mine)
+    source = COLLECTIVES.names.index("source")
+    # per rank and step: one recorded allreduce; LBANN's (Aluminum's inside is part of it),
+    # the GPI-2 barrier, Gloo's and mylib's by name; the non-blocking start is not matched
+    by_source = [row[source] for row in tables["collectives"]]
+    assert by_source.count("record") == 4 * 2 and by_source.count("name") == 4 * 2 * 4
+    assert {row[RANKS_MATCHED] for row in tables["collectives"]} == {4}
+    assert sorted(row[0] for row in tables["communicators"] if row[0] < 0) == [-4, -3, -2, -1]
+    name, op = REGIONS.names.index("match_name"), REGIONS.names.index("pattern_op")
+    assert ("lbann::lbann_comm::wait", "allreduce") in {(row[name], row[op]) for row in tables["regions"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", FIXTURES, ids=str)
+def test_scorep_fixtures(fixture: Path, tmp_path: Path, dask_engine: object) -> None:
+    tables = same_tables(ROOT / "tests" / "fixtures" / fixture, tmp_path, dask_engine)
+    assert tables["intervals"] and tables["phases"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture", KINETO, ids=str)
+def test_kineto_fixtures(fixture: Path, tmp_path: Path, dask_engine: object) -> None:
+    # one read task (a Chrome trace is read whole), then groups of ranks as for OTF2
+    tables = same_tables(ROOT / "tests" / "fixtures" / fixture, tmp_path, dask_engine)
+    assert tables["intervals"] and tables["chrome_events"] and tables["chrome_files"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ranks", [2, 8])
+def test_synthetic_ddp_steps(ranks: int, tmp_path: Path, dask_engine: object) -> None:
+    from bench import synth
+
+    run, events = synth.write(40_000, tmp_path / "run", ranks=ranks)
+    tables = same_tables(run.parent, tmp_path, dask_engine)
+    # with 8 ranks the work is split into several groups and shuffle buckets
+    steps_per_rank = -(-40_000 // (ranks * synth.events_per_step()))
+    assert len(tables["steps"]) == ranks * steps_per_rank
+    # every allreduce found all ranks
+    assert {row[RANKS_MATCHED] for row in tables["collectives"]} == {ranks}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 3])
+def test_random_record_streams(seed: int, tmp_path: Path, dask_engine: object) -> None:
+    # 3 ranks: random_spec's clock offsets put a fourth rank's times before 0, a global offset
+    # the runs table cannot hold (it wraps around as an unsigned tick)
+    write_archive(random_spec(seed, ranks=3, events=3000), tmp_path / "run")
+    tables = same_tables(tmp_path / "run", tmp_path, dask_engine)
+    assert tables["collectives"] and tables["p2p"]
+
+
+@pytest.mark.slow
+def test_python_reader_and_step_region(tmp_path: Path, dask_engine: object) -> None:
+    run = literal_run(tmp_path / "run")
+    tables = same_tables(run, tmp_path, dask_engine, reader="python", step_region="outer")
+    assert {row[-1] for row in tables["steps"]} == {"region:outer"}
