@@ -24,6 +24,10 @@ events into the same four row kinds, applying exactly these rules per location:
 
 Times are converted from archive ticks to nanoseconds from the trace start by
 :func:`ticks_to_ns`, which readers must reproduce exactly (integer arithmetic, floor).
+
+A location whose events are more or fewer than its definition declares (when it declares a
+number) is an error: the OTF2 library can read a truncated event file as an endless run of
+events, or as fewer or none, depending on what its buffer held before.
 """
 
 from __future__ import annotations

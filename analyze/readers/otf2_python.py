@@ -208,9 +208,14 @@ def _chunks(reader: Any, defs: Definitions, chunk_rows: int) -> Iterator[Chunk]:
                 b.touch(loc, t)
             if b.pending_rows() >= chunk_rows:
                 chunk = b.take(n - consumed)
-                if any(len(next(iter(t.values()))) for t in (chunk.intervals, chunk.collectives, chunk.messages)):
+                if any(len(next(iter(t.values())))
+                       for t in (chunk.intervals, chunk.collectives, chunk.messages, chunk.metrics)):
                     yield chunk
                     consumed = n
+        short = next(((loc, count) for loc, count in seen.items() if count < declared.get(loc, 0)), None)
+        if short is not None:  # a truncated file can also read as fewer events, without an error
+            raise ValueError(f"location {short[0]} holds {short[1]} events, fewer than the "
+                             f"{declared[short[0]]} its definition declares")
     except (_otf2.Error, otf2.error.TraceReaderError, ValueError) as e:
         raise ReaderError(f"cannot read the events of {defs.anchor}: {e}") from None
     finally:

@@ -608,7 +608,7 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
     uint64_t batch = max_rows > 0 && (uint64_t)max_rows < BATCH ? (uint64_t)max_rows : BATCH;
     OTF2_ErrorCode rc = OTF2_SUCCESS;
     const char *open_failed = NULL;
-    int too_many = 0;
+    int too_many = 0, too_few = 0;
     Py_BEGIN_ALLOW_THREADS
     /* rows waiting for their instance to close cannot be handed out yet: count only the others,
        so that every call either hands out max_rows rows or reads on */
@@ -629,6 +629,13 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
             break;
         }
         if (got < batch) {
+            /* The library can also decode a truncated event file as fewer events, or none,
+               without an error (whatever its chunk buffer held before: it varies from run to
+               run); the definition's count tells. */
+            if (r->declared[r->cur] && r->loc_read < r->declared[r->cur]) {
+                too_few = 1;
+                break;
+            }
             /* the location's last event: what is still open closes at its time */
             if (table_reserve(&r->iv, r->depth) < 0) {
                 r->out_of_memory = 1;
@@ -649,6 +656,13 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
         PyErr_Format(Otf2NativeError,
                      "location %llu holds more events than the %llu its definition declares",
                      (unsigned long long)r->locs[r->cur], (unsigned long long)r->declared[r->cur]);
+        return NULL;
+    }
+    if (too_few) {
+        PyErr_Format(Otf2NativeError,
+                     "location %llu holds %llu events, fewer than the %llu its definition declares",
+                     (unsigned long long)r->locs[r->cur], (unsigned long long)r->loc_read,
+                     (unsigned long long)r->declared[r->cur]);
         return NULL;
     }
     if (open_failed != NULL) {
