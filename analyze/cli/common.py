@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 
 def display(path: Path) -> str:
-    """``path`` relative to the working directory when it is under it."""
-    try:
-        return str(path.resolve().relative_to(Path.cwd()))
-    except ValueError:
-        return str(path)
+    """``path`` relative to the working directory when it is under it; links are kept (a
+    run's ``tables`` link, not the build folder it points to, which the next build replaces)."""
+    for candidate in (Path(os.path.abspath(path)), path.resolve()):
+        try:
+            return str(candidate.relative_to(Path.cwd()))
+        except ValueError:
+            pass
+    return str(path)
 
 
 def int_list(text: str) -> list[int]:
