@@ -29,7 +29,7 @@ import json
 import tempfile
 from pathlib import Path
 
-from bench import measure
+from bench import measure, power_sampler
 
 MODES = {
     "none": ["--tracer", "none"],
@@ -43,24 +43,13 @@ MODES = {
 WORKLOADS = {"resnet": "runs/ddp_resnet.py", "small-ops": "runs/ddp_small_ops.py"}
 
 
-def powercap_tree(root: Path) -> Path:
-    """Two packages with a DRAM zone each, as /sys/class/powercap lays them out."""
-    for zone, name in (("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "dram"),
-                       ("intel-rapl:1", "package-1"), ("intel-rapl:1:0", "dram")):
-        (root / zone).mkdir(parents=True, exist_ok=True)
-        (root / zone / "name").write_text(name + "\n")
-        (root / zone / "max_energy_range_uj").write_text("262143328850\n")
-        (root / zone / "energy_uj").write_text("123456789\n")
-    return root
-
-
 def one(mode: str, out: Path, i: int, script: list[str], env: dict[str, str]) -> tuple[float, float]:
     """Rank 0's median step time and median CPU time per step (s) of one run, steps after
     the first (the median, unlike the mean the script prints, ignores the few steps another
     process on the machine slows; CPU time, of the whole rank process, does not count the
     time other processes hold the cores)."""
     result = out / f"{mode}-{i}.json"
-    mode_env = {"DLTRACE_POWERCAP_ROOT": str(powercap_tree(out / "powercap"))} if mode == "builtin+power" else {}
+    mode_env = {"DLTRACE_POWERCAP_ROOT": str(power_sampler.tree(out / "powercap", zones=4))} if mode == "builtin+power" else {}
     if mode == "builtin-flush10s":
         mode_env["DLTRACE_FLUSH_INTERVAL_S"] = "10"
     measure.run(measure.python("-m", "instrument.cli", "run", "-np", "2", "--out", str(out),

@@ -27,6 +27,8 @@ from instrument.tracer.builtin import Tracer
 
 
 def tree(root: Path, zones: int) -> Path:
+    """A powercap tree as /sys/class/powercap lays it out: packages with a DRAM zone each
+    (``zones`` zones in all)."""
     for i in range(zones):
         zone, name = (f"intel-rapl:{i // 2}", f"package-{i // 2}") if i % 2 == 0 else (f"intel-rapl:{i // 2}:0", "dram")
         (root / zone).mkdir(parents=True, exist_ok=True)
