@@ -18,7 +18,7 @@ import pytest
 
 import analyze
 from analyze.tables.causes import views
-from tests.analyze.test_frameworks import STEP, lbann_steps
+from tests.analyze.test_frameworks import STEP, lbann_steps, oneccl_step
 from tests.literal import write_literal
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -117,12 +117,7 @@ def test_a_named_wait_is_exposed_allreduce(tmp_path: Path) -> None:
     # region takes the operation of the library's starts, regions.pattern_op)
     items = []
     for rank in (0, 1):
-        items += [(rank, "train_step()", 0, 100 * MS),
-                  (rank, "ccl::v1::event ccl::v1::allreduce(void const*, void*, unsigned long, ccl::v1::datatype, "
-                   "ccl::v1::reduction, ccl::v1::communicator const&, ccl::v1::stream const&, "
-                   "ccl::v1::allreduce_attr const&, std::vector<ccl::v1::event, std::allocator<ccl::v1::event> > "
-                   "const&)", 40 * MS, 41 * MS),
-                  (rank, "ccl::v1::event::wait()", 60 * MS, 80 * MS)]
+        items += oneccl_step(rank)
     db = build(tmp_path, items, step_region="train_step()")
     assert mismatches(db) == {"idle": [], "exposed": [], "path": []}
     assert_views_work(db)

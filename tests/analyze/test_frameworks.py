@@ -192,15 +192,21 @@ def test_nccl_nvtx_ranges_are_launches_not_transfers(tmp_path: Path) -> None:
     assert collectives(db) == []
 
 
+def oneccl_step(rank: int) -> list[tuple[int, str, int, int]]:
+    """A 100 ms train_step() in which oneCCL starts a non-blocking allreduce (40-41 ms) and
+    waits for it (60-80 ms)."""
+    return [(rank, "train_step()", 0, 100 * MS),
+            (rank, "ccl::v1::event ccl::v1::allreduce(void const*, void*, unsigned long, ccl::v1::datatype, "
+             "ccl::v1::reduction, ccl::v1::communicator const&, ccl::v1::stream const&, "
+             "ccl::v1::allreduce_attr const&, std::vector<ccl::v1::event, std::allocator<ccl::v1::event> > "
+             "const&)", 40 * MS, 41 * MS),
+            (rank, "ccl::v1::event::wait()", 60 * MS, 80 * MS)]
+
+
 def test_oneccl_event_wait_completes_an_allreduce(tmp_path: Path) -> None:
     items = []
     for rank in (0, 1):
-        items += [(rank, "train_step()", 0, 100 * MS),
-                  (rank, "ccl::v1::event ccl::v1::allreduce(void const*, void*, unsigned long, ccl::v1::datatype, "
-                   "ccl::v1::reduction, ccl::v1::communicator const&, ccl::v1::stream const&, "
-                   "ccl::v1::allreduce_attr const&, std::vector<ccl::v1::event, std::allocator<ccl::v1::event> > "
-                   "const&)", 40 * MS, 41 * MS),
-                  (rank, "ccl::v1::event::wait()", 60 * MS, 80 * MS)]
+        items += oneccl_step(rank)
     db = build(tmp_path, items)
     assert phases(db) == {(r, p): v for r in (0, 1) for p, v in (("allreduce", 21), ("compute", 79))}
     assert db.execute("SELECT pattern_op FROM regions WHERE name = 'ccl::v1::event::wait()'").fetchone() == ("allreduce",)
