@@ -1,13 +1,17 @@
 """PyTorch DDP over gloo with ranks of unequal speed taking unequal shares of each global batch.
 
-    instrument run -np 2 runs/hetero_shares.py --global-batch 64 --shares 0.7,0.3 --threads 2,1
+    instrument run -np 2 runs/hetero_shares.py --global-batch 64 --shares 0.7,0.3 --extra-forwards 0,2
     analyze balance traces/<run>        # throughput per rank, the shares that would balance
 
 Hybrid training splits each batch across unequal devices (a GPU and the CPU) in proportion
-to their speed. Here the ranks are made unequal on one machine by giving each its own number
-of torch threads (``--threads``), and rank r takes its share of every global batch
-(``--shares``; samples split in whole numbers by largest remainders, as ``analyze balance``
-splits them). Each rank's loss is the sum over its samples divided by the global batch, times
+to their speed. Here the ranks are made unequal on one machine in one of two ways:
+``--extra-forwards 0,2`` makes rank 1 a slower device by running its model twice more per
+batch, without gradients, inside forward (its cost per sample grows and it computes on one
+core of its own, so the ranks do not slow each other down); ``--threads 2,1`` gives each rank
+its own number of torch threads (closer to real unequal hardware, but on a machine whose cores
+the ranks share, a rank computes faster while the other waits). Rank r takes its share of every
+global batch (``--shares``; samples split in whole numbers by largest remainders, as
+``analyze balance`` splits them). Each rank's loss is the sum over its samples divided by the global batch, times
 the world size: DDP averages gradients over ranks, so the update is the global batch's mean,
 whatever the shares.
 """
@@ -27,9 +31,25 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from step_clock import StepClock  # noqa: E402
+from torch import nn  # noqa: E402
 from torch.nn.parallel import DistributedDataParallel as DDP  # noqa: E402
 from torch.utils.data import DataLoader  # noqa: E402
 from workload import SyntheticImages, make_model  # noqa: E402
+
+
+class SlowerDevice(nn.Module):
+    """The model, run ``extra`` more times per batch without gradients before the pass that
+    counts: a device slower per sample, with the same parameters and the same gradients."""
+
+    def __init__(self, inner: nn.Module, extra: int):
+        super().__init__()
+        self.inner, self.extra = inner, extra
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            for _ in range(self.extra):
+                self.inner(x)
+        return self.inner(x)
 
 
 def numbers(kind: type, text: str) -> list:
@@ -54,6 +74,8 @@ def main() -> None:
     p.add_argument("--global-batch", type=int, default=64, help="samples per step over all ranks")
     p.add_argument("--shares", type=lambda t: numbers(float, t), help="each rank's share (default equal)")
     p.add_argument("--threads", type=lambda t: numbers(int, t), help="torch threads per rank (default torch's)")
+    p.add_argument("--extra-forwards", type=lambda t: numbers(int, t),
+                   help="extra gradient-free passes of the model per batch, per rank (default none)")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--model", default="compact")
     p.add_argument("--image-size", type=int, default=32)
@@ -64,8 +86,8 @@ def main() -> None:
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     shares = args.shares or [1.0] * world
-    if len(shares) != world or (args.threads and len(args.threads) != world):
-        raise SystemExit(f"give one --shares value and one --threads value per rank ({world} ranks)")
+    if len(shares) != world or any(v and len(v) != world for v in (args.threads, args.extra_forwards)):
+        raise SystemExit(f"give one --shares, --threads and --extra-forwards value per rank ({world} ranks)")
     counts = split_batch(args.global_batch, shares)
     if min(counts) < 1:
         raise SystemExit(f"--shares {args.shares} gives a rank no sample of a batch of {args.global_batch}")
@@ -73,6 +95,8 @@ def main() -> None:
         torch.set_num_threads(args.threads[rank])
     torch.manual_seed(args.seed)
     model = make_model(args.model)
+    if args.extra_forwards and args.extra_forwards[rank] > 0:
+        model = SlowerDevice(model, args.extra_forwards[rank])
     ddp = DDP(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=args.lr, momentum=0.9)
     loss_fn = torch.nn.CrossEntropyLoss(reduction="sum")
@@ -83,7 +107,8 @@ def main() -> None:
             for k in range(args.steps)]
     loader = iter(DataLoader(data, batch_sampler=mine))
     if rank == 0:
-        print(f"world {world}, samples per rank {counts}, threads {args.threads or 'default'}", flush=True)
+        print(f"world {world}, samples per rank {counts}, threads {args.threads or 'default'}, "
+              f"extra forwards {args.extra_forwards or 'none'}", flush=True)
 
     clock = StepClock(rank)
     for _ in range(args.steps):
