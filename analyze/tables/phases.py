@@ -78,7 +78,7 @@ def elementary(
     keep = seg_end > seg_start
     seg_start, seg_end, seg_level = seg_start[keep], seg_end[keep], seg_level[keep]
     n, k = len(seg_start), len(step_start)
-    bounds, at = np.unique(np.concatenate([seg_start, seg_end, step_start, step_end]), return_inverse=True)
+    bounds, at = _unique_inverse(np.concatenate([seg_start, seg_end, step_start, step_end]))
     m = len(bounds)
     if m < 2:
         return bounds, np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -98,6 +98,20 @@ def elementary(
     else:
         step = _step_of(bounds[:-1], step_start, step_end)
     return bounds, label(cover), step
+
+
+def _unique_inverse(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(values, return_inverse=True)``, by a stable sort: the boundaries come as a
+    few runs that are each nearly sorted (starts, ends, steps), which a stable sort (timsort
+    for int64) merges in about half the time of the quicksort np.unique uses."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    new = np.empty(len(ordered), dtype=bool)
+    new[:1] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=new[1:])
+    inverse = np.empty(len(values), dtype=np.intp)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
 
 
 def _step_of(left: np.ndarray, step_start: np.ndarray, step_end: np.ndarray) -> np.ndarray:

@@ -279,10 +279,8 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
         _, _, chunks = dispatch.read(Path(spec.anchor), spec.chunk_rows, "python")
     con = _connect(spec)
     stats = ReadStats()
-    main_locations = np.array(spec.main_locations, dtype=np.int64)
-    main_regions = np.array(spec.main_regions, dtype=np.int64)
-    comm_regions = np.array(spec.comm_regions, dtype=np.int64)
-    device_locations = np.array(spec.device_locations, dtype=np.int64)
+    main_locations, main_regions = _Members(spec.main_locations), _Members(spec.main_regions)
+    comm_regions, device_locations = _Members(spec.comm_regions), _Members(spec.device_locations)
     extents: list[dict[str, np.ndarray]] = []
     metric_ids: set[int] = set()
     try:
@@ -292,17 +290,17 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
             if len(rows["idx"]):
                 rows = {**rows, "duration_ns": rows["end_ns"] - rows["start_ns"]}
                 spec.store.write_arrays(con, INTERVALS, rows, tag, nullable=_PARENT)
-                main = np.isin(rows["location_id"], main_locations) & np.isin(rows["region_id"], main_regions)
+                main = main_locations.of(rows["location_id"]) & main_regions.of(rows["region_id"])
                 main_rows = {k: v[main] for k, v in rows.items()}
                 spec.work.write_arrays(con, MAIN_INTERVALS, {**main_rows, "rank_group": spec.group_of(main_rows["rank"])},
                                        tag, nullable=_PARENT)
                 extents.append(_extents(rows))
                 if len(device_locations):
-                    dev = np.isin(rows["location_id"], device_locations)
+                    dev = device_locations.of(rows["location_id"])
                     spec.work.write_arrays(con, DEVICE_INTERVALS, {k: v[dev] for k, v in rows.items()} | {
                         "rank_group": spec.group_of(rows["rank"][dev])}, tag, nullable=_PARENT)
                 if len(comm_regions):
-                    comm = np.isin(rows["region_id"], comm_regions)
+                    comm = comm_regions.of(rows["region_id"])
                     spec.work.write_arrays(con, COMM_INTERVALS, {c.name: rows[c.name][comm]
                                                                  for c in COMM_INTERVALS.columns}, tag)
             for table, raw in ((RAW_COLLECTIVES, chunk.collectives), (RAW_MESSAGES, chunk.messages),
@@ -324,6 +322,27 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
     finally:
         con.close()
     return ReadResult(stats, seen, metric_ids)
+
+
+class _Members:
+    """Membership in a set of definition ids, for every row of a chunk: a lookup table where
+    the ids are small (OTF2's region and our location references are), else ``np.isin``."""
+
+    def __init__(self, ids: tuple[int, ...]):
+        self.ids = np.array(ids, dtype=np.int64)
+        self.table: np.ndarray | None = None
+        if len(self.ids) and self.ids.min() >= 0 and self.ids.max() < 1 << 22:
+            # one more entry, never a member: ids above the largest (and -1) look there
+            self.table = np.zeros(int(self.ids.max()) + 2, dtype=bool)
+            self.table[self.ids] = True
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def of(self, values: np.ndarray) -> np.ndarray:
+        if self.table is None:
+            return np.isin(values, self.ids)
+        return self.table[np.clip(values, -1, len(self.table) - 1)]
 
 
 def _named(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> Seen:

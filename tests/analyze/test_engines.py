@@ -177,3 +177,11 @@ def test_python_reader_and_step_region(tmp_path: Path, dask_engine: object) -> N
     run = literal_run(tmp_path / "run")
     tables = same_tables(run, tmp_path, dask_engine, reader="python", step_region="outer")
     assert {row[-1] for row in tables["steps"]} == {"region:outer"}
+
+
+@pytest.mark.parametrize("ids", [(), (0,), (3, 7, 9), (1 << 40, 5), (-2, 4)])
+def test_read_tasks_pick_rows_by_id_as_isin_does(ids: tuple[int, ...]) -> None:
+    import numpy as np
+
+    values = np.array([-3, -2, -1, 0, 1, 3, 4, 5, 7, 8, 9, 10, 1 << 22, 1 << 40, (1 << 40) + 1], dtype=np.int64)
+    assert stages._Members(ids).of(values).tolist() == np.isin(values, np.array(ids, dtype=np.int64)).tolist()

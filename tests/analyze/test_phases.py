@@ -160,3 +160,16 @@ def test_windowed_sweep_gives_the_same_phases_as_one_window(tmp_path: Path, monk
     a = duckdb.connect(str(whole), read_only=True).execute(query).fetchall()
     b = duckdb.connect(str(windowed), read_only=True).execute(query).fetchall()
     assert len(a) > 500 and a == b
+
+
+@pytest.mark.parametrize("values", [[], [5], [3, 1, 3, 2, 1], list(range(10, 0, -1)) * 3,
+                                    [-(1 << 62), 0, 1 << 62, 0, -1]])
+def test_the_sweeps_unique_with_inverse_is_numpys(values: list[int]) -> None:
+    import numpy as np
+
+    from analyze.tables.phases import _unique_inverse
+
+    v = np.array(values, dtype=np.int64)
+    want_bounds, want_at = np.unique(v, return_inverse=True)
+    bounds, at = _unique_inverse(v)
+    assert bounds.tolist() == want_bounds.tolist() and at.tolist() == want_at.ravel().tolist()
