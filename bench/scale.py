@@ -13,9 +13,11 @@ github.com/hpcgroup/pipit, not vendored) on smaller archives of the same kind, b
 read 0.1 and 0.02 M events/s. Their times are extrapolated per event to the big archive (the
 table says which numbers are), which is fair to them: their cost grows at least linearly.
 ``big``: time and peak memory of one large build. ``dask``: the Dask engine on a local
-cluster of 1 and 2 worker processes; each stage's tasks' summed and longest times give, for
-W workers, a stage time of max(summed / W, longest), checked against the measured 1 and 2
-workers and then computed for 64. Every measured run is its own process; the load average
+cluster of 1 and 2 worker processes. For W workers, each stage's work measured with the first
+worker count (its tasks' summed seconds) is split into the tasks the build's plan makes for W
+workers, in proportion to their events, and scheduled longest first: the prediction is checked
+against the other measured worker counts, then computed for 16 and 64 (where the archive's
+locations and ranks bound the number of tasks, the longest task bounds the stage). Every measured run is its own process; the load average
 is printed with each result (the machine is shared: repeat runs made under load).
 """
 
@@ -98,7 +100,7 @@ def repeated(kind: str, run_dir: Path, repeat: int, tmp: Path, extra: str = "") 
 
 
 def ratios(ns: argparse.Namespace, tmp: Path) -> None:
-    big, n = synth.cached(ns.events, ns.ranks)
+    big, n = synth.cached(ns.events, ns.ranks, ns.cache)
     rows: list[list[object]] = []
     ours = repeated("ours", big, ns.repeat, tmp)
     per_event = ours["seconds"] / n
@@ -108,7 +110,7 @@ def ratios(ns: argparse.Namespace, tmp: Path) -> None:
     if ns.pipit:
         others.append(("Pipit", "pipit", ns.pipit_events, ns.pipit))
     for label, kind, events, extra in others:
-        run_dir, m = synth.cached(events, ns.ranks)
+        run_dir, m = synth.cached(events, ns.ranks, ns.cache)
         out = repeated(kind, run_dir, ns.repeat_slow, tmp, extra)
         seconds = out["seconds"] / m * n
         rss = out["rss_mb"] + out.get("worker_rss_mb", 0)
@@ -129,7 +131,7 @@ def stages(times: list[dict]) -> None:
 
 
 def big(ns: argparse.Namespace, tmp: Path) -> None:
-    run_dir, n = synth.cached(ns.events, ns.ranks)
+    run_dir, n = synth.cached(ns.events, ns.ranks, ns.cache)
     out = repeated("ours", run_dir, ns.repeat, tmp)
     print(measure.table(["events", "runs", "s", "M ev/s", "peak RSS MB", "load (1/5 min) per run"],
                         [[f"{n:,}", out["runs"], out["seconds"], n / out["seconds"] / 1e6, out["rss_mb"],
@@ -137,13 +139,46 @@ def big(ns: argparse.Namespace, tmp: Path) -> None:
     stages(out["stages"])
 
 
-def predicted(times: list[dict], workers: int) -> float:
-    """Stage times from the tasks' summed and longest times, for ``workers`` workers."""
-    return sum(max(t["busy"] / workers, t["longest"]) for t in times)
+def task_shares(defs, workers: int) -> list[list[float]]:  # type: ignore[no-untyped-def]
+    """Each stage's tasks for ``workers`` workers, as shares of the stage's work: the plan the
+    build would make (analyze/tables/stages.plan), each task's share in events (the read
+    buckets' own, a group's its ranks' locations'; the shuffle's buckets equal)."""
+    from analyze.tables import stages as build_stages
+
+    plan = build_stages.plan(defs, "native", workers)
+    total = max(1, sum(plan.read_events))
+    by_rank: dict[int, int] = {}
+    for loc in defs.locations:
+        by_rank[loc.rank] = by_rank.get(loc.rank, 0) + loc.events
+    groups = [sum(by_rank.get(r, 0) for r in ranks) / total for _, ranks in plan.groups]
+    return [[e / total for e in plan.read_events], groups, [1 / plan.buckets] * plan.buckets, groups]
+
+
+def makespan(tasks: list[float], workers: int) -> float:
+    """Longest-first onto the least loaded worker (what a scheduler with free workers does)."""
+    load = [0.0] * max(1, workers)
+    for t in sorted(tasks, reverse=True):
+        load[load.index(min(load))] += t
+    return max(load)
+
+
+def predicted(times: list[dict], measured: int, workers: int, defs) -> float:  # type: ignore[no-untyped-def]
+    """Stage times for ``workers`` workers from those measured with ``measured``: each stage's
+    work (the tasks' summed seconds) split as the plan for that many workers splits it and
+    scheduled on them, plus the stage's fixed cost (its measured wall time beyond its
+    scheduled tasks: handing tasks out, starting them)."""
+    total = 0.0
+    for t, then, now in zip(times, task_shares(defs, measured), task_shares(defs, workers), strict=True):
+        fixed = max(0.0, t["wall"] - makespan([t["busy"] * share for share in then], measured))
+        total += fixed + makespan([t["busy"] * share for share in now], workers)
+    return total
 
 
 def dask(ns: argparse.Namespace, tmp: Path) -> None:
-    run_dir, n = synth.cached(ns.events, ns.ranks, shared=ns.shared)
+    from analyze.readers import dispatch
+
+    run_dir, n = synth.cached(ns.events, ns.ranks, ns.cache, shared=ns.shared)
+    _, defs = dispatch.definitions(run_dir / "traces.otf2", "native")
     counts = [int(w) for w in ns.workers.split(",")]
     results = {w: repeated(f"dask{w}", run_dir, ns.repeat, tmp) for w in counts}
     rows: list[list[object]] = []
@@ -152,7 +187,7 @@ def dask(ns: argparse.Namespace, tmp: Path) -> None:
         r = results[w]
         staged = sum(t["wall"] for t in r["stages"])
         rows.append([w, f"{n:,}", r["runs"], r["seconds"], n / r["seconds"] / 1e6, base / r["seconds"],
-                     staged, predicted(r["stages"], w) + (r["seconds"] - staged), r["worker_rss_mb"], r["rss_mb"],
+                     staged, predicted(results[counts[0]]["stages"], counts[0], w, defs) + (r["seconds"] - staged), r["worker_rss_mb"], r["rss_mb"],
                      r["cluster_start_seconds"], r["loads"]])
     print(measure.table(["workers", "events", "runs", "s", "M ev/s", "speedup", "stages s",
                          "predicted s", "worker peak RSS MB", "driver peak RSS MB", "cluster start s",
@@ -162,10 +197,14 @@ def dask(ns: argparse.Namespace, tmp: Path) -> None:
     print(f"per-stage costs measured with {counts[0]} worker(s):")
     stages(one["stages"])
     for w in (16, 64):
-        p = predicted(one["stages"], w) + driver
-        print(f"predicted with {w} workers: {p:.1f} s ({n / p / 1e6:.1f} M events/s): stages "
-              f"max(summed / {w}, longest task) + {driver:.1f} s outside the stages (driver, definitions, "
-              "views), assuming the archive's events spread over enough locations for the tasks")
+        p = predicted(one["stages"], counts[0], w, defs) + driver
+        tasks = [len(shares) for shares in task_shares(defs, w)]
+        print(f"predicted with {w} workers: {p:.1f} s ({n / p / 1e6:.1f} M events/s): each stage's summed "
+              f"task seconds split into the {'/'.join(map(str, tasks))} tasks the plan makes for {w} workers "
+              f"(in proportion to their events) and scheduled longest first, plus each stage's fixed cost, "
+              f"+ {driver:.1f} s outside the "
+              f"stages (driver, definitions, views); {len(defs.locations)} locations and "
+              f"{len({loc.rank for loc in defs.locations})} ranks bound the tasks")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pipit", help="directory holding Pipit's source (the pipit package)")
     p.add_argument("--pipit-events", type=synth.parse_count, default=synth.parse_count("200k"))
     p.add_argument("--workers", default="1,2", help="dask: worker counts")
+    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dltrace" / "bench",
+                   help="where the synthetic archives are kept between runs")
     p.add_argument("--child", nargs=4, metavar=("KIND", "RUN", "DB", "EXTRA"), help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
     if ns.child:

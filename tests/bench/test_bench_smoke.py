@@ -52,3 +52,17 @@ def test_power_sampler() -> None:
 def test_perrank(tmp_path: Path) -> None:
     out = bench("bench.perrank", "--events", "5k", "--ranks", "2", "--repeat", "1", "--cache", str(tmp_path))
     assert "end step merged/per-rank" in out and "flush us" in out
+
+
+def test_scale_ratios(tmp_path: Path) -> None:
+    out = bench("bench.scale", "ratios", "--events", "20k", "--python-events", "5k", "--repeat", "1",
+                "--cache", str(tmp_path))
+    assert "analyze phases (native, local)" in out and "otf2 Python API, extrapolated" in out
+    assert "matching across ranks" in out
+
+
+@pytest.mark.slow
+def test_scale_dask(tmp_path: Path) -> None:
+    out = bench("bench.scale", "dask", "--events", "20k", "--workers", "1,2", "--repeat", "1",
+                "--cache", str(tmp_path))
+    assert "predicted with 64 workers" in out and "4 locations and 2 ranks bound the tasks" in out
