@@ -51,7 +51,9 @@ class DaskEngine:
         if scheduler is None:
             cluster = distributed.LocalCluster(
                 n_workers=workers or cores(), threads_per_worker=1, processes=True,
-                dashboard_address=None, silence_logs=logging.ERROR)
+                # any free port: None still serves the scheduler's HTTP pages on 8787 and warns
+                # when another cluster (a second analysis, a notebook) holds it
+                dashboard_address=":0", silence_logs=logging.ERROR)
             return cls(distributed.Client(cluster), cluster)
         if scheduler == "slurm":
             from analyze.engine import clusters

@@ -88,7 +88,7 @@ def test_a_running_scheduler(tmp_path: Path) -> None:
     import distributed
 
     run = literal_run(tmp_path / "run")
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0") as cluster:
         proc = cli("phases", str(run), "--engine", "dask", "--scheduler", cluster.scheduler_address,
                    "--db", str(tmp_path / "dask.duckdb"))
     assert proc.returncode == 0, proc.stderr
@@ -110,3 +110,21 @@ def test_inside_mpirun_with_dask_mpi(tmp_path: Path) -> None:
     assert snapshot(tmp_path / "mpi.duckdb") == snapshot(local)
     with duckdb.connect(str(tmp_path / "mpi.duckdb"), read_only=True) as con:
         assert con.execute("select value from build_info where key = 'engine'").fetchone() == ("dask",)
+
+
+@pytest.mark.slow
+def test_a_local_cluster_does_not_need_the_dashboard_port(recwarn: pytest.WarningsRecorder) -> None:
+    """A second analysis (or a notebook's cluster) holding port 8787 gets no warning."""
+    import socket
+
+    from analyze.engine.on_dask import DaskEngine
+
+    with socket.socket() as holder:
+        try:
+            holder.bind(("", 8787))
+        except OSError:
+            pytest.skip("port 8787 is taken by something else here")
+        holder.listen()
+        engine = DaskEngine.connect(None, workers=1)
+        engine.close()
+    assert not [w for w in recwarn if "8787" in str(w.message)], [str(w.message) for w in recwarn]
