@@ -79,6 +79,7 @@ READ_TASK_EVENTS = (1_000_000, 20_000_000)
 GROUP_EVENTS = 2_000_000
 PHASE_ROWS = 1_000_000  # phase rows collected before they are written
 MATERIALIZE_ROWS = 2_000_000  # a group's collectives and messages held in memory up to this many
+COLLECTIVE_ROWS = 4_000_000  # collectives numbered in one query at most (a rank's own: all of them)
 
 # Intermediate tables under _work/ (their rows never reach the run's database).
 # They are partitioned by group of ranks (a task's share): a group task then reads a few files,
@@ -409,16 +410,24 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
     con = _connect(spec)
     try:
         _definition_views(spec, con)
-        work.view(con, RAW_COLLECTIVES, [number], temporary=True)
+        work.view(con, RAW_COLLECTIVES, [number], name="group_raw_collectives", temporary=True)
         work.view(con, RAW_MESSAGES, [number], temporary=True)
-        _named_view(spec, con, number)
+        _named_view(spec, con, number, "group_named_collectives")
         collectives.create_op_names(con)
         tag = f"g{number}"
-        rows = work.root / "coll_rows" / f"{tag}.parquet"
-        rows.parent.mkdir(parents=True, exist_ok=True)
-        con.execute(f"COPY ({collectives.collective_rows()}) TO {literal(rows)} ({FORMAT})")
+        (work.root / "coll_rows").mkdir(parents=True, exist_ok=True)
+        # Sequence numbers count per rank and communicator, so ranks can be numbered apart:
+        # a few at a time, so that the sort behind them holds at most about COLLECTIVE_ROWS
+        # rows (beyond DuckDB's memory limit it spills, and a group of 8 ranks with 22M
+        # collectives took 9x the time of one with 4.5M).
+        for k, (lo, hi) in enumerate(_rank_batches(con, COLLECTIVE_ROWS)):
+            for view in ("raw_collectives", "named_collectives"):
+                con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM group_{view} "
+                            f"WHERE rank BETWEEN {lo} AND {hi}")
+            rows = work.root / "coll_rows" / f"{tag}_{k}.parquet"
+            con.execute(f"COPY ({collectives.collective_rows()}) TO {literal(rows)} ({FORMAT})")
         con.execute(f"""COPY (SELECT comm_id, seq, enter_ns, is_root, {_bucket_of(spec, 'comm_id', 'seq')}
-                              FROM read_parquet({work.source(f'coll_rows/{tag}.parquet')}))
+                              FROM read_parquet({work.source(f'coll_rows/{tag}_*.parquet')}))
                         TO {literal(work.root / 'arrivals')} ({FORMAT}, PARTITION_BY (bucket),
                            FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
         rows = work.root / "msg_rows" / f"{tag}.parquet"
@@ -452,14 +461,37 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         con.close()
 
 
-def _named_view(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> None:
-    """View named_collectives: the group's name-only collectives with their library's group."""
+def _rank_batches(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[int, int]]:
+    """Consecutive ranks of the group (views group_raw_collectives, group_named_collectives)
+    in batches of at most about ``limit`` collectives (a rank with more is a batch alone), as
+    (first, last) rank; one batch of every rank when there are none, so that the group still
+    writes its (empty) rows file."""
+    counts = con.execute("""
+        SELECT rank, count(*) FROM (SELECT rank FROM group_raw_collectives
+                                    UNION ALL SELECT rank FROM group_named_collectives)
+        GROUP BY rank ORDER BY rank""").fetchall()
+    if not counts:
+        return [(-(1 << 31), (1 << 31) - 1)]
+    batches: list[tuple[int, int]] = []
+    first, last, held = counts[0][0], counts[0][0], 0
+    for rank, n in counts:
+        if held and held + n > limit:
+            batches.append((first, last))
+            first, held = rank, 0
+        held += n
+        last = rank
+    batches.append((first, last))
+    return batches
+
+
+def _named_view(spec: Spec, con: duckdb.DuckDBPyConnection, number: int, name: str = "named_collectives") -> None:
+    """View ``name``: the group's name-only collectives with their library's group."""
     if not spec.named_groups:
-        con.execute(f"CREATE OR REPLACE TEMP VIEW named_collectives AS {_NO_MATCHES['named_collectives']}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {_NO_MATCHES['named_collectives']}")
         return
     ids = ", ".join(f"({literal(lib)}, {int(comm)})" for lib, comm in spec.named_groups)
     con.execute(f"""
-        CREATE OR REPLACE TEMP VIEW named_collectives AS
+        CREATE OR REPLACE TEMP VIEW {name} AS
         SELECT n.location_id, n.rank, n.interval_idx, n.region_id, n.enter_ns, n.leave_ns, n.op, g.comm_id
         FROM ({spec.work.scan(NAMED, [number])}) n JOIN (VALUES {ids}) g(library, comm_id) USING (library)
     """)
@@ -496,9 +528,9 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
     try:
         _definition_views(spec, con)
         # a group's rows files exist even when empty; the shuffle's outputs only where rows were
-        for view, rows, matched in (("coll_rows", "coll_rows", "instances"), ("msg_rows", "msg_rows", "partners")):
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS "
-                        f"SELECT * FROM read_parquet({work.source(f'{rows}/{tag}.parquet')})")
+        for view, rows, matched in (("coll_rows", f"coll_rows/{tag}_*.parquet", "instances"),
+                                    ("msg_rows", f"msg_rows/{tag}.parquet", "partners")):
+            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet({work.source(rows)})")
             files = work.source(f"{matched}/*.parquet")
             if files is not None:
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS SELECT * FROM read_parquet({files})")

@@ -133,6 +133,23 @@ def test_name_only_collectives(tmp_path: Path, dask_engine: object, monkeypatch:
     assert ("lbann::lbann_comm::wait", "allreduce") in {(row[name], row[op]) for row in tables["regions"]}
 
 
+def test_collectives_numbered_a_few_ranks_at_a_time_give_the_same_tables(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one group of 4 ranks, each with 10 collectives (recorded and by name): with at most 5 per
+    # query, every rank is numbered alone
+    run = named_run(tmp_path / "run")
+    mine = tmp_path / "mylib.toml"
+    mine.write_text('[[pattern]]\nlibrary = "mylib"\nglob = "mylib::sum_gradients"\ncategory = "allreduce"\n')
+    whole = snapshot(analyze.build(run, db=tmp_path / "whole.duckdb", engine=LocalEngine(1), patterns=mine).db)
+    batches: list[list[tuple[int, int]]] = []
+    batched = stages._rank_batches
+    monkeypatch.setattr(stages, "COLLECTIVE_ROWS", 5)
+    monkeypatch.setattr(stages, "_rank_batches", lambda con, limit: batches.append(batched(con, limit)) or batches[-1])
+    apart = snapshot(analyze.build(run, db=tmp_path / "apart.duckdb", engine=LocalEngine(1), patterns=mine).db)
+    assert batches == [[(0, 0), (1, 1), (2, 2), (3, 3)]]
+    assert apart == whole
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fixture", FIXTURES, ids=str)
 def test_scorep_fixtures(fixture: Path, tmp_path: Path, dask_engine: object) -> None:
