@@ -105,8 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--readers", default="native,python", help="native, python or both (default)")
     p.add_argument("--repeat", type=int, default=3, help="runs per reader and size (alternating)")
     p.add_argument("--ranks", type=int, default=2)
-    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dltrace" / "bench",
-                   help="where the synthetic archives are kept between runs")
+    synth.add_cache_option(p)
     p.add_argument("--child", nargs=4, metavar=("STAGE", "RUN", "READER", "DB"), help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
     if ns.child:

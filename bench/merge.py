@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", default="200k", help="sizes, comma-separated (200k,10M)")
     p.add_argument("--paths", default="native,python", help="native, python or both (default)")
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dltrace" / "bench")
+    synth.add_cache_option(p)
     p.add_argument("--child", nargs=2, metavar=("SPILLS", "PATH"), help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
     if ns.child:

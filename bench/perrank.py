@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", default="1M", help="sizes, comma-separated (1M,10M)")
     p.add_argument("--ranks", type=int, default=8)
     p.add_argument("--repeat", type=int, default=3)
-    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dltrace" / "bench")
+    synth.add_cache_option(p)
     p.add_argument("--child", nargs=2, metavar=("SPILLS", "PATH"), help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
     if ns.child:

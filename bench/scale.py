@@ -219,8 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pipit", help="directory holding Pipit's source (the pipit package)")
     p.add_argument("--pipit-events", type=synth.parse_count, default=synth.parse_count("200k"))
     p.add_argument("--workers", default="1,2", help="dask: worker counts")
-    p.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "dltrace" / "bench",
-                   help="where the synthetic archives are kept between runs")
+    synth.add_cache_option(p)
     p.add_argument("--child", nargs=4, metavar=("KIND", "RUN", "DB", "EXTRA"), help=argparse.SUPPRESS)
     ns = p.parse_args(argv)
     if ns.child:

@@ -30,6 +30,7 @@ US = 1_000
 T0 = 10**12  # rank clocks look like CLOCK_MONOTONIC on a machine up for a while
 STEP_NS = 2_000 * US
 BLOCK_STEPS = 50_000  # steps generated per block (bounds the temporary memory)
+CACHE = Path.home() / ".cache" / "dltrace" / "bench"  # generated inputs kept between benchmark runs
 
 
 def parse_count(text: str) -> int:
@@ -149,10 +150,15 @@ def write(events: int, run_dir: Path, ranks: int = 2, writer: str = "auto",
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def add_cache_option(p: argparse.ArgumentParser) -> None:
+    """``--cache``, where a benchmark keeps what it generates (archives, spill files)."""
+    p.add_argument("--cache", type=Path, default=CACHE, help="where the generated inputs are kept between runs")
+
+
 def cached(events: int, ranks: int = 2, root: Path | None = None, shared: bool = False) -> tuple[Path, int]:
     """A synthetic archive of ``events`` events, generated once under ``root``
-    (default ~/.cache/dltrace/bench); returns (run directory, events)."""
-    root = root or Path.home() / ".cache" / "dltrace" / "bench"
+    (default :data:`CACHE`); returns (run directory, events)."""
+    root = root or CACHE
     run_dir = root / f"synth-{events}-r{ranks}{'-shared' if shared else ''}"
     done = run_dir / "events.txt"
     if not done.exists():
