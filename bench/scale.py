@@ -17,8 +17,9 @@ cluster of 1 and 2 worker processes. For W workers, each stage's work measured w
 worker count (its tasks' summed seconds) is split into the tasks the build's plan makes for W
 workers, in proportion to their events, and scheduled longest first: the prediction is checked
 against the other measured worker counts, then computed for 16 and 64 (where the archive's
-locations and ranks bound the number of tasks, the longest task bounds the stage). Every measured run is its own process; the load average
-is printed with each result (the machine is shared: repeat runs made under load).
+locations and ranks bound the number of tasks, the longest task bounds the stage). Every
+measured run is its own process; the load average is printed with each result (the machine
+is shared: repeat runs made under load).
 """
 
 from __future__ import annotations
@@ -140,9 +141,10 @@ def big(ns: argparse.Namespace, tmp: Path) -> None:
 
 
 def task_shares(defs, workers: int) -> list[list[float]]:  # type: ignore[no-untyped-def]
-    """Each stage's tasks for ``workers`` workers, as shares of the stage's work: the plan the
-    build would make (analyze/tables/stages.plan), each task's share in events (the read
-    buckets' own, a group's its ranks' locations'; the shuffle's buckets equal)."""
+    """Each stage's tasks for ``workers`` workers, as shares of the stage's work, in the order
+    the build runs the stages (read, prepare, match, finish): the plan the build would make
+    (analyze/tables/stages.plan), each task's share in events (the read buckets' own, a
+    group's its ranks' locations'; the shuffle's buckets equal)."""
     from analyze.tables import stages as build_stages
 
     plan = build_stages.plan(defs, "native", workers)
@@ -181,18 +183,17 @@ def dask(ns: argparse.Namespace, tmp: Path) -> None:
     _, defs = dispatch.definitions(run_dir / "traces.otf2", "native")
     counts = [int(w) for w in ns.workers.split(",")]
     results = {w: repeated(f"dask{w}", run_dir, ns.repeat, tmp) for w in counts}
+    one = results[counts[0]]  # the costs every prediction starts from
     rows: list[list[object]] = []
-    base = results[counts[0]]["seconds"]
     for w in counts:
         r = results[w]
         staged = sum(t["wall"] for t in r["stages"])
-        rows.append([w, f"{n:,}", r["runs"], r["seconds"], n / r["seconds"] / 1e6, base / r["seconds"],
-                     staged, predicted(results[counts[0]]["stages"], counts[0], w, defs) + (r["seconds"] - staged), r["worker_rss_mb"], r["rss_mb"],
-                     r["cluster_start_seconds"], r["loads"]])
+        rows.append([w, f"{n:,}", r["runs"], r["seconds"], n / r["seconds"] / 1e6, one["seconds"] / r["seconds"],
+                     staged, predicted(one["stages"], counts[0], w, defs) + (r["seconds"] - staged),
+                     r["worker_rss_mb"], r["rss_mb"], r["cluster_start_seconds"], r["loads"]])
     print(measure.table(["workers", "events", "runs", "s", "M ev/s", "speedup", "stages s",
                          "predicted s", "worker peak RSS MB", "driver peak RSS MB", "cluster start s",
                          "load (1/5 min) per run"], rows))
-    one = results[counts[0]]
     driver = one["seconds"] - sum(t["wall"] for t in one["stages"])
     print(f"per-stage costs measured with {counts[0]} worker(s):")
     stages(one["stages"])
@@ -202,9 +203,8 @@ def dask(ns: argparse.Namespace, tmp: Path) -> None:
         print(f"predicted with {w} workers: {p:.1f} s ({n / p / 1e6:.1f} M events/s): each stage's summed "
               f"task seconds split into the {'/'.join(map(str, tasks))} tasks the plan makes for {w} workers "
               f"(in proportion to their events) and scheduled longest first, plus each stage's fixed cost, "
-              f"+ {driver:.1f} s outside the "
-              f"stages (driver, definitions, views); {len(defs.locations)} locations and "
-              f"{len({loc.rank for loc in defs.locations})} ranks bound the tasks")
+              f"+ {driver:.1f} s outside the stages (driver, definitions, views); {len(defs.locations)} "
+              f"locations and {len({loc.rank for loc in defs.locations})} ranks bound the tasks")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,9 +11,9 @@ core of its own, so the ranks do not slow each other down); ``--threads 2,1`` gi
 its own number of torch threads (closer to real unequal hardware, but on a machine whose cores
 the ranks share, a rank computes faster while the other waits). Rank r takes its share of every
 global batch (``--shares``; samples split in whole numbers by largest remainders, as
-``analyze balance`` splits them). Each rank's loss is the sum over its samples divided by the global batch, times
-the world size: DDP averages gradients over ranks, so the update is the global batch's mean,
-whatever the shares.
+``analyze balance`` splits them). Each rank's loss is the sum over its samples divided by the
+global batch, times the world size: DDP averages gradients over ranks, so the update is the
+global batch's mean, whatever the shares.
 """
 
 from __future__ import annotations
