@@ -412,7 +412,7 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         _definition_views(spec, con)
         work.view(con, RAW_COLLECTIVES, [number], name="group_raw_collectives", temporary=True)
         work.view(con, RAW_MESSAGES, [number], temporary=True)
-        _named_view(spec, con, number, "group_named_collectives")
+        _named_view(spec, con, number)
         collectives.create_op_names(con)
         tag = f"g{number}"
         (work.root / "coll_rows").mkdir(parents=True, exist_ok=True)
@@ -484,14 +484,14 @@ def _rank_batches(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[int,
     return batches
 
 
-def _named_view(spec: Spec, con: duckdb.DuckDBPyConnection, number: int, name: str = "named_collectives") -> None:
-    """View ``name``: the group's name-only collectives with their library's group."""
+def _named_view(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> None:
+    """View group_named_collectives: the group's name-only collectives with their library's group."""
     if not spec.named_groups:
-        con.execute(f"CREATE OR REPLACE TEMP VIEW {name} AS {_NO_MATCHES['named_collectives']}")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW group_named_collectives AS {_NO_MATCHES['named_collectives']}")
         return
     ids = ", ".join(f"({literal(lib)}, {int(comm)})" for lib, comm in spec.named_groups)
     con.execute(f"""
-        CREATE OR REPLACE TEMP VIEW {name} AS
+        CREATE OR REPLACE TEMP VIEW group_named_collectives AS
         SELECT n.location_id, n.rank, n.interval_idx, n.region_id, n.enter_ns, n.leave_ns, n.op, g.comm_id
         FROM ({spec.work.scan(NAMED, [number])}) n JOIN (VALUES {ids}) g(library, comm_id) USING (library)
     """)
