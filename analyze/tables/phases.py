@@ -24,6 +24,7 @@ in at most one step and the phases of a step sum to its duration exactly.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import duckdb
@@ -31,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.schema import COMPUTE_CATEGORIES, Category, Phase, Rule
+from traceio import codec
 
 # Levels of the sweep.
 SYNC_IDLE, SYNC_ALLREDUCE, SYNC_OTHER, OTHER, WAIT, COMPUTE, ASYNC_IDLE, ASYNC_ALLREDUCE, ASYNC_OTHER = range(9)
@@ -62,6 +64,15 @@ def label(cover: np.ndarray) -> np.ndarray:
                _CODE[Phase.IDLE], _CODE[Phase.ALLREDUCE], _CODE[Phase.OTHER_COMM],
                _CODE[Phase.ALLREDUCE], _CODE[Phase.OTHER_COMM]]
     return np.select(conditions, choices, default=_CODE[Phase.COMPUTE])
+
+
+@functools.cache
+def _mask_codes() -> bytes:
+    """The phase code of every set of covering levels (bit ``level`` of the index set): the
+    rules of :func:`label` as a table, for the native sweep."""
+    masks = np.arange(1 << N_LEVELS)
+    cover = ((masks[None, :] >> np.arange(N_LEVELS)[:, None]) & 1).astype(bool)
+    return label(cover).astype(np.uint8).tobytes()
 
 
 def elementary(
@@ -134,6 +145,24 @@ def sweep(
 
     Segments are half-open [start, end) at a level; steps must not overlap.
     """
+    n_steps = len(step_start)
+    if n_steps == 0:
+        return np.zeros((0, len(PHASES)), dtype=np.int64)
+    native = codec.native()
+    if native is not None:  # the same sweep in C (traceio/native/sweep.c), for disjoint steps
+        totals = native.phase_sweep(*(np.ascontiguousarray(a, dtype=np.int64) for a in
+                                      (seg_start, seg_end, seg_level, step_start, step_end)),
+                                    _mask_codes(), len(PHASES))
+        if totals is not None:
+            return np.frombuffer(totals, dtype=np.int64).reshape(n_steps, len(PHASES)).copy()
+    return sweep_numpy(seg_start, seg_end, seg_level, step_start, step_end)
+
+
+def sweep_numpy(
+    seg_start: np.ndarray, seg_end: np.ndarray, seg_level: np.ndarray,
+    step_start: np.ndarray, step_end: np.ndarray,
+) -> np.ndarray:
+    """:func:`sweep` in numpy (without the native codec, and for overlapping steps)."""
     n_steps = len(step_start)
     out = np.zeros((n_steps, len(PHASES)), dtype=np.int64)
     if n_steps == 0:

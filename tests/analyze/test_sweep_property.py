@@ -5,12 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analyze
-from analyze.tables.phases import N_LEVELS, sweep
+from analyze.tables.phases import N_LEVELS, PHASES, _mask_codes, sweep, sweep_numpy
 from tests.literal import write_literal
+from traceio import codec
 
 MS = 1_000_000
 
@@ -69,3 +71,65 @@ def test_generated_traces_partition_steps_end_to_end(tmp_path_factory, colls) ->
                         group by s.rank, s.step, s.duration_ns having sum(p.duration_ns) <> s.duration_ns""").fetchall()
     assert bad == []
     assert db.execute("select min(duration_ns) >= 0 from phases").fetchone() == (True,)
+
+
+@st.composite
+def any_steps(draw):  # type: ignore[no-untyped-def]
+    """Steps in any order, some empty, some overlapping (then the native sweep declines)."""
+    n = draw(st.integers(0, 8))
+    starts = np.array(draw(st.lists(st.integers(-500, 1500), min_size=n, max_size=n)), dtype=np.int64)
+    lengths = np.array(draw(st.lists(st.integers(0, 400), min_size=n, max_size=n)), dtype=np.int64)
+    return starts, starts + lengths
+
+
+@pytest.mark.skipif(not codec.available(), reason="the native codec is not built")
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.tuples(st.integers(-600, 1600), st.integers(-50, 300), st.integers(0, N_LEVELS - 1)),
+                max_size=60), st.one_of(steps(), any_steps()), st.sampled_from([0, 1 << 40, -(1 << 62)]))
+def test_native_sweep_equals_numpy(segs, step_bounds, shift) -> None:  # type: ignore[no-untyped-def]
+    """traceio/native/sweep.c gives what the numpy sweep gives, for disjoint steps in any order,
+    empty and negative segments and times far from zero; for overlapping steps it declines."""
+    s = np.array([a for a, _, _ in segs], dtype=np.int64) + shift
+    e = np.array([a + d for a, d, _ in segs], dtype=np.int64) + shift
+    lv = np.array([lv for _, _, lv in segs], dtype=np.int64)
+    starts, ends = (x + shift for x in step_bounds)
+    order = np.argsort(starts, kind="stable")
+    disjoint = bool(np.all(starts[order][1:] >= ends[order][:-1]))
+    native = codec.native().phase_sweep(s, e, lv, starts, ends, _mask_codes(), len(PHASES))
+    if not disjoint:
+        assert native is None
+        return
+    got = np.frombuffer(native, dtype=np.int64).reshape(len(starts), len(PHASES))
+    np.testing.assert_array_equal(got, sweep_numpy(s, e, lv, starts, ends))
+
+
+@pytest.mark.skipif(not codec.available(), reason="the native codec is not built")
+def test_native_sweep_rejects_what_it_cannot_sweep() -> None:
+    z = np.zeros(1, dtype=np.int64)
+    native = codec.native()
+    with pytest.raises(ValueError, match="no bit in the table"):
+        native.phase_sweep(z, z + 1, z + N_LEVELS, z, z + 1, _mask_codes(), len(PHASES))
+    with pytest.raises(ValueError, match="differ in length"):
+        native.phase_sweep(z, np.zeros(2, dtype=np.int64), z, z, z + 1, _mask_codes(), len(PHASES))
+    with pytest.raises(TypeError, match="int64"):
+        native.phase_sweep(z.astype(np.int32), z + 1, z, z, z + 1, _mask_codes(), len(PHASES))
+    # boundaries over 2^58 ns apart do not fit its packed words: it declines, numpy sweeps
+    far = np.array([-(1 << 62), 1 << 62], dtype=np.int64)
+    level = np.array([3, 5], dtype=np.int64)
+    assert native.phase_sweep(far, far + 10, level, far, far + 20, _mask_codes(), len(PHASES)) is None
+    np.testing.assert_array_equal(sweep(far, far + 10, level, far, far + 20),
+                                  sweep_numpy(far, far + 10, level, far, far + 20))
+
+
+def test_large_sweep_is_the_same_both_ways() -> None:
+    """A rank's worth of nested segments (the radix sort's every pass), both sweeps."""
+    rng = np.random.default_rng(7)
+    n = 200_000
+    start = np.cumsum(rng.integers(1, 1 << 20, n)) + (1 << 50)
+    end = start + rng.integers(0, 1 << 22, n)
+    level = rng.integers(0, N_LEVELS, n)
+    step_start = start[::1000]
+    step_end = np.append(step_start[1:], end.max())
+    expected = sweep_numpy(start, end, level, step_start, step_end)
+    np.testing.assert_array_equal(sweep(start, end, level, step_start, step_end), expected)
+    assert expected.sum() == step_end[-1] - step_start[0]

@@ -150,6 +150,11 @@ static PyMethodDef methods[] = {
     {"lanes", native_lanes, METH_VARARGS,
      "lanes(records, first_index) -> [(index, records)]\n"
      "First-fit lanes for time-sorted asynchronous collectives (instrument.merge._lanes)."},
+    {"phase_sweep", native_phase_sweep, METH_VARARGS,
+     "phase_sweep(seg_start, seg_end, seg_level, step_start, step_end, table, codes)\n"
+     "    -> Column of len(step_start) x codes int64, or None (overlapping steps, a span over 2^58 ns)\n"
+     "ns per step and phase code; table[mask] is the code of a set of covering levels\n"
+     "(analyze.tables.phases.sweep; see sweep.c)."},
     {NULL, NULL, 0, NULL},
 };
 

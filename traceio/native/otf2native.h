@@ -1,10 +1,10 @@
 /* Shared declarations of the native OTF2 codec (module analyze._otf2native).
  *
- * The module has four parts, one file each: reader.c (OTF2 events -> interval, collective
+ * The module has five parts, one file each: reader.c (OTF2 events -> interval, collective
  * and message columns, the rules of analyze/columns.py), writer.c (an ArchiveSpec -> an OTF2
  * archive, as instrument/otf2_writer.py writes it), replay.c (the merge's per-thread
- * normalization and lane assignment, as instrument/merge.py does it) and parquet.c (columns
- * -> a Parquet file, for the analysis' tables). Results cross into
+ * normalization and lane assignment, as instrument/merge.py does it), parquet.c (columns
+ * -> a Parquet file, for the analysis' tables) and sweep.c (the phase sweep's inner loop). Results cross into
  * Python as Column objects: malloc'd memory exposed through the buffer protocol, so numpy
  * wraps them without a copy.
  */
@@ -63,5 +63,6 @@ PyObject *native_write_archive(PyObject *self, PyObject *args);
 PyObject *native_replay_thread(PyObject *self, PyObject *args);
 PyObject *native_lanes(PyObject *self, PyObject *args);
 PyObject *native_write_parquet(PyObject *self, PyObject *args);
+PyObject *native_phase_sweep(PyObject *self, PyObject *args);
 
 #endif
