@@ -209,53 +209,65 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
     if ranks is not None:
         where = "AND {rank} IN (" + ", ".join(str(int(r)) for r in ranks) + ")" if len(ranks) else "AND false"
     window = {"lo": -(1 << 62) if t0 is None else int(t0), "hi": (1 << 62) if t1 is None else int(t1)}
+
+    def during(enter: str, leave: str) -> str:  # overlaps the window (none: no filter to evaluate)
+        return "true" if t0 is None and t1 is None else f"{leave} >= $lo AND {enter} <= $hi"
+
+    if t0 is None and t1 is None:
+        window = {}
     def listed(*categories: str) -> str:
         return "(" + ", ".join(f"'{c}'" for c in categories) + ")"
 
     comm = listed(Category.COLLECTIVE, Category.P2P)
     kept = listed(*SEGMENT_CATEGORIES)
+    # each region's level once (the regions are few), so the intervals join on integers;
+    # a collective's op decides (a record's, or a name pattern's); regions without either
+    # go by name
     parts = [con.execute(f"""
-        WITH ops AS (SELECT location_id, interval_idx, any_value(op) AS op FROM collectives
-                     WHERE leave_ns >= $lo AND enter_ns <= $hi {where.format(rank="rank")}
-                     GROUP BY location_id, interval_idx)
+        WITH levels AS (
+            SELECT region_id, r.category = '{Category.COLLECTIVE}' AS by_op,
+                   CASE
+                     WHEN r.category = '{Category.COLLECTIVE}'
+                          AND coalesce(r.pattern_op = 'allreduce',
+                                       lower(replace(r.name, '_', '')) LIKE '%allreduce%')
+                       THEN {SYNC_ALLREDUCE}
+                     WHEN r.category IN {comm} THEN {SYNC_OTHER}
+                     WHEN r.category IN {listed(Category.OVERHEAD, Category.RUNTIME)} THEN {OTHER}
+                     WHEN r.category = '{Category.WAIT}' AND r.rule = '{Rule.PATTERN}' THEN
+                       CASE WHEN r.pattern_op = 'allreduce' THEN {NAMED_WAIT_ALLREDUCE} ELSE {NAMED_WAIT_OTHER} END
+                     WHEN r.category = '{Category.WAIT}' THEN {WAIT}
+                     ELSE {COMPUTE}
+                   END AS level
+            FROM regions r WHERE r.category IN {kept}),
+        ops AS (SELECT location_id, interval_idx, any_value(op) = 'allreduce' AS allreduce FROM collectives
+                WHERE {during('enter_ns', 'leave_ns')} {where.format(rank="rank")}
+                GROUP BY location_id, interval_idx)
         SELECT i.rank, i.start_ns, i.end_ns,
-               CASE
-                 WHEN r.category = '{Category.COLLECTIVE}'
-                      -- the collective's op decides (a record's, or a name pattern's);
-                      -- regions without either go by name
-                      AND coalesce(o.op = 'allreduce', r.pattern_op = 'allreduce',
-                                   lower(replace(r.name, '_', '')) LIKE '%allreduce%')
-                   THEN {SYNC_ALLREDUCE}
-                 WHEN r.category IN {comm} THEN {SYNC_OTHER}
-                 WHEN r.category IN {listed(Category.OVERHEAD, Category.RUNTIME)} THEN {OTHER}
-                 WHEN r.category = '{Category.WAIT}' AND r.rule = '{Rule.PATTERN}' THEN
-                   CASE WHEN r.pattern_op = 'allreduce' THEN {NAMED_WAIT_ALLREDUCE} ELSE {NAMED_WAIT_OTHER} END
-                 WHEN r.category = '{Category.WAIT}' THEN {WAIT}
-                 ELSE {COMPUTE}
-               END
-        FROM intervals i JOIN regions r USING (region_id) JOIN locations l USING (location_id)
+               CASE WHEN v.by_op AND o.allreduce THEN {SYNC_ALLREDUCE}
+                    WHEN v.by_op AND NOT o.allreduce THEN {SYNC_OTHER}
+                    ELSE v.level END
+        FROM intervals i JOIN levels v USING (region_id) JOIN locations l USING (location_id)
         LEFT JOIN ops o ON o.location_id = i.location_id AND o.interval_idx = i.idx
-        WHERE l.is_main AND r.category IN {kept}
-          AND i.end_ns >= $lo AND i.start_ns <= $hi {where.format(rank="i.rank")}
+        WHERE l.is_main AND {during('i.start_ns', 'i.end_ns')} {where.format(rank="i.rank")}
     """, window).fetchnumpy()]
     # a collective's waiting (asynchronous ones on lanes or other threads at their own levels);
     # collectives on accelerator streams are the device's view (device_phases), not the host's
     host = "location_id NOT IN (SELECT location_id FROM locations WHERE kind = 'accelerator_stream')"
     parts.append(con.execute(f"""
         SELECT rank, enter_ns, enter_ns + wait_ns, CASE WHEN is_async THEN {ASYNC_IDLE} ELSE {SYNC_IDLE} END
-        FROM collectives WHERE leave_ns >= $lo AND enter_ns <= $hi AND {host} {where.format(rank="rank")}
+        FROM collectives WHERE {during('enter_ns', 'leave_ns')} AND {host} {where.format(rank="rank")}
     """, window).fetchnumpy())
     # asynchronous collectives themselves (synchronous ones are covered by their regions)
     parts.append(con.execute(f"""
         SELECT rank, enter_ns, leave_ns, CASE WHEN op = 'allreduce' THEN {ASYNC_ALLREDUCE} ELSE {ASYNC_OTHER} END
-        FROM collectives WHERE is_async AND leave_ns >= $lo AND enter_ns <= $hi AND {host}
+        FROM collectives WHERE is_async AND {during('enter_ns', 'leave_ns')} AND {host}
               {where.format(rank="rank")}
     """, window).fetchnumpy())
     # a receive waiting for a late sender
     parts.append(con.execute(f"""
         SELECT p.rank, p.enter_ns, p.enter_ns + p.wait_ns, {SYNC_IDLE}
         FROM p2p p JOIN locations l USING (location_id)
-        WHERE l.is_main AND p.wait_ns > 0 AND p.leave_ns >= $lo AND p.enter_ns <= $hi
+        WHERE l.is_main AND p.wait_ns > 0 AND {during('p.enter_ns', 'p.leave_ns')}
               {where.format(rank="p.rank")}
     """, window).fetchnumpy())
     columns = ("rank", "start", "end", "level")
@@ -309,7 +321,9 @@ def _steps_of(con: duckdb.DuckDBPyConnection, ranks: list[int]) -> dict[str, np.
 
 def _sweep_ranks(con: duckdb.DuckDBPyConnection, ranks: list[int], emit: Emit) -> None:
     st = _steps_of(con, ranks)
-    seg = segments(con, ranks=ranks).sort_values("rank", kind="stable")
+    seg = segments(con, ranks=ranks)
+    if len(ranks) > 1:
+        seg = seg.sort_values("rank", kind="stable")
     seg_rank = seg["rank"].to_numpy()
     for rank in ranks:
         a, b = np.searchsorted(st["rank"], [rank, rank + 1])
