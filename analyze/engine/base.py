@@ -45,6 +45,11 @@ class Engine(Protocol):
         """Call ``fn(*args)`` once in every process that runs tasks (to free per-process state)."""
         ...
 
+    def threads_per_task(self, tasks: int) -> int | None:
+        """Threads a task's own parallel work (DuckDB's) may use when a stage has ``tasks``
+        tasks, so that tasks side by side do not oversubscribe the cores (None: not known)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -56,6 +56,12 @@ class LocalEngine:
     def everywhere(self, fn: Callable[..., Any], *args: Any) -> None:
         fn(*args)
 
+    def threads_per_task(self, tasks: int) -> int | None:
+        """This process's cores over the tasks that run at once: one each when a stage has a
+        task per worker (2 ranks on 2 cores: 5% faster than DuckDB's two threads per task),
+        more when it has fewer (one rank: its queries keep every core)."""
+        return max(1, cores() // max(1, min(tasks, self.workers)))
+
     def close(self) -> None:
         if self._terminal is not None:
             os.close(self._terminal)

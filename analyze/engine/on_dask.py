@@ -37,6 +37,7 @@ class DaskEngine:
         self.stages: list[StageTime] = []
         self._cluster = cluster  # closed with the engine when we started it
         self._terminal = Progress.terminal()
+        self._shares_cores = False  # whether every worker runs on this machine (a local cluster)
         info = client.scheduler_info(n_workers=-1)
         self.workers = max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
 
@@ -54,7 +55,9 @@ class DaskEngine:
                 # any free port: None still serves the scheduler's HTTP pages on 8787 and warns
                 # when another cluster (a second analysis, a notebook) holds it
                 dashboard_address=":0", silence_logs=logging.ERROR)
-            return cls(distributed.Client(cluster), cluster)
+            engine = cls(distributed.Client(cluster), cluster)
+            engine._shares_cores = True
+            return engine
         if scheduler == "slurm":
             from analyze.engine import clusters
 
@@ -96,6 +99,11 @@ class DaskEngine:
 
     def everywhere(self, fn: Callable[..., Any], *args: Any) -> None:
         self.client.run(fn, *args)
+
+    def threads_per_task(self, tasks: int) -> int | None:
+        """A local cluster's workers share this machine's cores (one task each at a time);
+        elsewhere the layout of workers on nodes is not known: DuckDB's default."""
+        return max(1, cores() // max(1, min(tasks, self.workers))) if self._shares_cores else None
 
     def peak_rss_mb(self) -> dict[str, float]:
         """Each worker process's peak resident memory so far, in MB."""

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -306,7 +306,8 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
         spec.work.write(con, stages.REGION_PATTERNS, "SELECT * FROM region_patterns", "data")
     try:
         with _archive_errors(dispatch.is_chrome(paths.anchor)):
-            parts = engine.run(f"reading {paths.anchor.name}", stages.read, plan.read, spec,
+            parts = engine.run(f"reading {paths.anchor.name}", stages.read, plan.read,
+                               _threads(spec, engine, plan.read),
                                sizes=plan.read_events, unit="events", partial_progress=True)
         read_s = time.perf_counter() - t0
         if spec.comm_regions:
@@ -325,11 +326,13 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
             con.unregister("channel_rows")
             spec = dataclasses.replace(spec, metrics=True)
         rank_counts = [len(g[1]) for g in plan.groups]
+        spec = _threads(spec, engine, plan.groups)
         found = engine.run("matching collectives and steps", stages.prepare, plan.groups, spec,
                            sizes=rank_counts, unit="ranks")
         counts = {s: sum(f.get(s, 0) for f in found) for s in steps.SOURCES}
         source = steps.choose(counts, step_region)
-        engine.run("matching across ranks", stages.match, list(range(plan.buckets)), spec)
+        engine.run("matching across ranks", stages.match, list(range(plan.buckets)),
+                   _threads(spec, engine, range(plan.buckets)))
         engine.run("phases", stages.finish, plan.groups, spec, source, sizes=rank_counts, unit="ranks")
     finally:
         engine.everywhere(stages.release, spec.root)
@@ -341,6 +344,13 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
         stats.truncated += part.stats.truncated
         stats.unmatched_collective_ends += part.stats.unmatched_collective_ends
     return stats, source, read_s, channels
+
+
+def _threads(spec: stages.Spec, engine: Engine, tasks: Sequence[Any]) -> stages.Spec:
+    """``spec`` for a stage of ``tasks``: with the DuckDB threads each of them may use (an
+    engine of one's own without ``threads_per_task`` leaves DuckDB's default)."""
+    per_task = getattr(engine, "threads_per_task", None)
+    return dataclasses.replace(spec, threads=per_task(len(tasks)) if per_task is not None else None)
 
 
 DEFINITIONS = (LOCATIONS, REGIONS, COMMUNICATORS)  # written before the stages (which read them)

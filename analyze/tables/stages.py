@@ -147,6 +147,9 @@ class Spec:
     named_groups: tuple[tuple[str, int], ...] = ()
     device_locations: tuple[int, ...] = ()  # accelerator streams (device phases)
     metrics: bool = False  # after the read stage: whether there are metric channels
+    # DuckDB's threads in a process while this stage's tasks run there (None: its default,
+    # one per core); set per stage by the driver (Engine.threads_per_task)
+    threads: int | None = None
 
     def group_of(self, ranks: np.ndarray) -> np.ndarray:
         return (np.searchsorted(np.array(self.group_starts), ranks, side="right") - 1).astype(np.int32)
@@ -235,6 +238,7 @@ def prepare_directories(spec: Spec) -> None:
 # ---- one DuckDB per process and build ------------------------------------------------------
 
 _instances: dict[str, duckdb.DuckDBPyConnection] = {}
+_threads: dict[str, int | None] = {}  # as last set on each instance
 _lock = threading.Lock()
 
 
@@ -249,6 +253,12 @@ def _connect(spec: Spec) -> duckdb.DuckDBPyConnection:
             if spec.memory is not None:
                 config["memory_limit"] = spec.memory
             con = _instances[spec.root] = duckdb.connect(config=config)
+            _threads[spec.root] = None
+        if spec.threads is not None and _threads[spec.root] != spec.threads:
+            # the tasks of one stage share the instance and ask for the same, so this happens
+            # once per stage, before its queries
+            con.execute(f"SET threads = {int(spec.threads)}")
+            _threads[spec.root] = spec.threads
         return con.cursor()
 
 
@@ -256,6 +266,7 @@ def release(root: str) -> None:
     """Close this process's DuckDB for the build in ``root`` (called when the build ends)."""
     with _lock:
         con = _instances.pop(root, None)
+        _threads.pop(root, None)
     if con is not None:
         con.close()
 

@@ -11,6 +11,7 @@ started once for the module.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -202,3 +203,46 @@ def test_read_tasks_pick_rows_by_id_as_isin_does(ids: tuple[int, ...]) -> None:
 
     values = np.array([-3, -2, -1, 0, 1, 3, 4, 5, 7, 8, 9, 10, 1 << 22, 1 << 40, (1 << 40) + 1], dtype=np.int64)
     assert stages._Members(ids).of(values).tolist() == np.isin(values, np.array(ids, dtype=np.int64)).tolist()
+
+
+def test_duckdb_threads_follow_the_tasks_that_run_at_once(tmp_path: Path, dask_engine: object,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tasks side by side share the cores: as many tasks as workers get a DuckDB thread each
+    (on this 2-core machine), a lone task every core; the stages' instance is set per stage,
+    and a build with each split gives the same tables (same_tables, above)."""
+    monkeypatch.setattr("analyze.engine.local.cores", lambda: 8)
+    engine = LocalEngine(4)
+    assert [engine.threads_per_task(n) for n in (0, 1, 2, 3, 4, 100)] == [8, 8, 4, 2, 2, 2]
+    monkeypatch.setattr("analyze.engine.on_dask.cores", lambda: 8)
+    assert dask_engine.threads_per_task(1) == 8 and dask_engine.threads_per_task(5) == 4  # type: ignore[attr-defined]
+
+    root = str(tmp_path / "tables")
+    spec = stages.Spec(anchor="", root=root, reader="native", global_offset=0, resolution=1, buckets=1)
+    try:
+        for threads, expected in ((3, 3), (1, 1), (None, 1)):  # None: as last set
+            con = stages._connect(dataclasses.replace(spec, threads=threads))
+            assert con.execute("SELECT current_setting('threads')").fetchone() == (expected,)
+    finally:
+        stages.release(root)
+
+
+def test_an_engine_of_ones_own_without_threads_per_task_still_builds(tmp_path: Path) -> None:
+    class Mine:  # the Engine protocol as a user may have written it before threads_per_task
+        name = "mine"
+
+        def __init__(self) -> None:
+            self.inner = LocalEngine(2)
+            self.workers, self.stages = 2, self.inner.stages
+
+        def run(self, *args: object, **kwargs: object) -> list[object]:
+            return self.inner.run(*args, **kwargs)  # type: ignore[arg-type]
+
+        def everywhere(self, fn, *args):  # type: ignore[no-untyped-def]
+            fn(*args)
+
+        def close(self) -> None:
+            pass
+
+    run = literal_run(tmp_path / "run")
+    mine = snapshot(analyze.build(run, db=tmp_path / "mine.duckdb", engine=Mine()).db)  # type: ignore[arg-type]
+    assert mine == snapshot(analyze.build(run, db=tmp_path / "local.duckdb", engine=LocalEngine(2)).db)
