@@ -1,6 +1,7 @@
 """The codec's Parquet writer (traceio/native/parquet.c): what DuckDB reads back is exactly
 what was written, at every edge of the delta encoding (empty, one value, partial blocks and
-miniblocks, several row groups, full-range 64-bit values whose deltas wrap, 32-bit columns),
+miniblocks, several row groups, full-range 64-bit values whose deltas wrap, deltas of every
+bit width, 32-bit columns),
 with NULLs and statistics."""
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ def columns(n: int, seed: int) -> dict[str, np.ndarray]:
         "small": rng.integers(-2**31, 2**31 - 1, n, endpoint=True).astype(np.int32),
         "flag": rng.integers(0, 2, n).astype(np.bool_),
         "same": np.full(n, 42, np.int64),  # zero-width miniblocks
+        # block k's deltas take up to k % 64 bits: every bit width of the packing
+        "widths": np.cumsum(rng.integers(0, 2**63 - 1, n, dtype=np.int64, endpoint=True)
+                            >> (63 - np.arange(n) // 128 % 64), dtype=np.int64),
     }
 
 
@@ -41,7 +45,8 @@ def test_round_trip(n: int, tmp_path: Path) -> None:
     con = duckdb.connect()
     types = con.execute(f"describe select * from read_parquet('{path}')").fetchall()
     assert [(t[0], t[1]) for t in types] == [("times", "BIGINT"), ("full", "BIGINT"), ("maybe", "BIGINT"),
-                                             ("small", "INTEGER"), ("flag", "BOOLEAN"), ("same", "BIGINT")]
+                                             ("small", "INTEGER"), ("flag", "BOOLEAN"), ("same", "BIGINT"),
+                                             ("widths", "BIGINT")]
     got = con.execute(f"select * from read_parquet('{path}')").fetchnumpy()
     for name, values in cols.items():
         back = np.ma.getdata(got[name])

@@ -138,22 +138,21 @@ static void pack32(Buf *b, const uint64_t *v, int w) {
         memcpy(out, v, 32 * 8); /* little endian, as everywhere we build */
         return;
     }
-    uint64_t mask = (1ULL << w) - 1;
-    unsigned __int128 acc = 0;
+    /* the values fit in w bits (the caller subtracted the block's minimum and measured the
+       widest), so no mask; a 64-bit accumulator, each value split where a word fills */
+    uint64_t acc = 0;
     int bits = 0;
     for (int i = 0; i < 32; i++) {
-        acc |= (unsigned __int128)(v[i] & mask) << bits;
+        acc |= v[i] << bits;
         bits += w;
         if (bits >= 64) {
-            uint64_t word = (uint64_t)acc;
-            memcpy(out, &word, 8);
+            memcpy(out, &acc, 8);
             out += 8;
-            acc >>= 64;
             bits -= 64;
+            acc = bits ? v[i] >> (w - bits) : 0;
         }
     }
-    uint64_t word = (uint64_t)acc;
-    memcpy(out, &word, (size_t)bits / 8); /* 32 * w bits in all: 0 or 32 bits left */
+    memcpy(out, &acc, (size_t)bits / 8); /* 32 * w bits in all: 0 or 32 bits left */
 }
 
 static int width(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
