@@ -239,8 +239,10 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
                      ELSE {COMPUTE}
                    END AS level
             FROM regions r WHERE r.category IN {kept}),
+        -- only the main threads' collectives can match a main thread's interval (is_async is
+        -- exactly "not on a main thread"): most collectives run on communication lanes
         ops AS (SELECT location_id, interval_idx, any_value(op) = 'allreduce' AS allreduce FROM collectives
-                WHERE {during('enter_ns', 'leave_ns')} {where.format(rank="rank")}
+                WHERE NOT is_async AND {during('enter_ns', 'leave_ns')} {where.format(rank="rank")}
                 GROUP BY location_id, interval_idx)
         SELECT i.rank, i.start_ns, i.end_ns,
                CASE WHEN v.by_op AND o.allreduce THEN {SYNC_ALLREDUCE}
