@@ -208,13 +208,13 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
     where = ""
     if ranks is not None:
         where = "AND {rank} IN (" + ", ".join(str(int(r)) for r in ranks) + ")" if len(ranks) else "AND false"
-    window = {"lo": -(1 << 62) if t0 is None else int(t0), "hi": (1 << 62) if t1 is None else int(t1)}
+    whole = t0 is None and t1 is None  # no window: no time filter for DuckDB to evaluate
+    window = {} if whole else {"lo": -(1 << 62) if t0 is None else int(t0),
+                               "hi": (1 << 62) if t1 is None else int(t1)}
 
-    def during(enter: str, leave: str) -> str:  # overlaps the window (none: no filter to evaluate)
-        return "true" if t0 is None and t1 is None else f"{leave} >= $lo AND {enter} <= $hi"
+    def during(enter: str, leave: str) -> str:  # overlaps the window
+        return "true" if whole else f"{leave} >= $lo AND {enter} <= $hi"
 
-    if t0 is None and t1 is None:
-        window = {}
     def listed(*categories: str) -> str:
         return "(" + ", ".join(f"'{c}'" for c in categories) + ")"
 
