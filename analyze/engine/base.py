@@ -53,6 +53,12 @@ class Engine(Protocol):
     def close(self) -> None: ...
 
 
+def cores_per_task(tasks: int, workers: int) -> int:
+    """This machine's cores over the tasks that run on it at once (at most ``workers``): the
+    threads each may use without the tasks side by side oversubscribing the cores."""
+    return max(1, cores() // max(1, min(tasks, workers)))
+
+
 def cores() -> int:
     """CPU cores this process may use."""
     import os

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from typing import Any
 
-from analyze.engine.base import StageTime, cores, timed_call
+from analyze.engine.base import StageTime, cores, cores_per_task, timed_call
 from analyze.engine.progress import Progress
 
 
@@ -60,7 +60,7 @@ class LocalEngine:
         """This process's cores over the tasks that run at once: one each when a stage has a
         task per worker (2 ranks on 2 cores: 5% faster than DuckDB's two threads per task),
         more when it has fewer (one rank: its queries keep every core)."""
-        return max(1, cores() // max(1, min(tasks, self.workers)))
+        return cores_per_task(tasks, self.workers)
 
     def close(self) -> None:
         if self._terminal is not None:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from analyze.engine.base import StageTime, cores, timed_call
+from analyze.engine.base import StageTime, cores, cores_per_task, timed_call
 from analyze.engine.progress import Progress
 from analyze.errors import AnalyzeError
 
@@ -37,7 +37,10 @@ class DaskEngine:
         self.stages: list[StageTime] = []
         self._cluster = cluster  # closed with the engine when we started it
         self._terminal = Progress.terminal()
-        self._shares_cores = False  # whether every worker runs on this machine (a local cluster)
+        from distributed import LocalCluster  # installed: the client is its
+
+        # every worker runs on this machine: the cluster started with the engine is a local one
+        self._shares_cores = isinstance(cluster, LocalCluster)
         info = client.scheduler_info(n_workers=-1)
         self.workers = max(1, sum(w.get("nthreads", 1) for w in info.get("workers", {}).values()))
 
@@ -55,9 +58,7 @@ class DaskEngine:
                 # any free port: None still serves the scheduler's HTTP pages on 8787 and warns
                 # when another cluster (a second analysis, a notebook) holds it
                 dashboard_address=":0", silence_logs=logging.ERROR)
-            engine = cls(distributed.Client(cluster), cluster)
-            engine._shares_cores = True
-            return engine
+            return cls(distributed.Client(cluster), cluster)
         if scheduler == "slurm":
             from analyze.engine import clusters
 
@@ -103,7 +104,7 @@ class DaskEngine:
     def threads_per_task(self, tasks: int) -> int | None:
         """A local cluster's workers share this machine's cores (one task each at a time);
         elsewhere the layout of workers on nodes is not known: DuckDB's default."""
-        return max(1, cores() // max(1, min(tasks, self.workers))) if self._shares_cores else None
+        return cores_per_task(tasks, self.workers) if self._shares_cores else None
 
     def peak_rss_mb(self) -> dict[str, float]:
         """Each worker process's peak resident memory so far, in MB."""

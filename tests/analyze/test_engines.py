@@ -210,10 +210,9 @@ def test_duckdb_threads_follow_the_tasks_that_run_at_once(tmp_path: Path, dask_e
     """Tasks side by side share the cores: as many tasks as workers get a DuckDB thread each
     (on this 2-core machine), a lone task every core; the stages' instance is set per stage,
     and a build with each split gives the same tables (same_tables, above)."""
-    monkeypatch.setattr("analyze.engine.local.cores", lambda: 8)
+    monkeypatch.setattr("analyze.engine.base.cores", lambda: 8)
     engine = LocalEngine(4)
     assert [engine.threads_per_task(n) for n in (0, 1, 2, 3, 4, 100)] == [8, 8, 4, 2, 2, 2]
-    monkeypatch.setattr("analyze.engine.on_dask.cores", lambda: 8)
     assert dask_engine.threads_per_task(1) == 8 and dask_engine.threads_per_task(5) == 4  # type: ignore[attr-defined]
 
     root = str(tmp_path / "tables")
