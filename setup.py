@@ -57,7 +57,7 @@ def _extensions() -> list[Extension]:
     rpath = [f[2:] for f in ldflags if f.startswith("-L") and not f.startswith("-L/usr/lib")]
     return [Extension(
         "traceio._otf2native",
-        sources=[str(NATIVE / f) for f in ("module.c", "reader.c", "writer.c", "replay.c", "parquet.c", "sweep.c")],
+        sources=[str(NATIVE / f) for f in ("module.c", "reader.c", "writer.c", "replay.c", "parquet.c", "parquet_read.c", "sweep.c")],
         depends=[str(NATIVE / "otf2native.h")],
         extra_compile_args=[*cflags, "-O2", "-Wall", "-Wno-unused-parameter"],
         extra_link_args=ldflags,

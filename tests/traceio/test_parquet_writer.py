@@ -2,7 +2,8 @@
 what was written, at every edge of the delta encoding (empty, one value, partial blocks and
 miniblocks, several row groups, full-range 64-bit values whose deltas wrap, deltas of every
 bit width, 32-bit columns),
-with NULLs and statistics."""
+with NULLs and statistics. Its reader (parquet_read.c) reads the same files back the same
+way, and declines every file it did not write."""
 
 from __future__ import annotations
 
@@ -48,6 +49,11 @@ def test_round_trip(n: int, tmp_path: Path) -> None:
                                              ("small", "INTEGER"), ("flag", "BOOLEAN"), ("same", "BIGINT"),
                                              ("widths", "BIGINT")]
     got = con.execute(f"select * from read_parquet('{path}')").fetchnumpy()
+    ours = codec.native().read_parquet(str(path), "dltrace test")
+    assert [(name, kind) for name, kind, _ in ours] == [(name, kind) for name, kind, _, _ in spec]
+    for (name, _, data), (_, _, values, nullable) in zip(ours, spec, strict=True):
+        back = np.frombuffer(data, values.dtype)
+        assert np.array_equal(back, np.where(values < 0, -1, values) if nullable else values), name
     for name, values in cols.items():
         back = np.ma.getdata(got[name])
         if name == "maybe":
@@ -76,3 +82,31 @@ def test_bad_columns_are_errors(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="no-such-dir"):
         native.write_parquet(str(tmp_path / "no-such-dir" / "x.parquet"),
                              [("a", "int64", np.zeros(3, np.int64), False)], "t")
+
+
+def test_the_reader_declines_what_it_did_not_write(tmp_path: Path) -> None:
+    native = codec.native()
+    path = tmp_path / "ours.parquet"
+    native.write_parquet(str(path), [("a", "int64", np.arange(1000, dtype=np.int64), False)], "dltrace")
+    assert native.read_parquet(str(path), "someone else") is None  # another writer's name
+    duck = tmp_path / "duck.parquet"
+    duckdb.execute(f"copy (select range::BIGINT a from range(1000)) to '{duck}' (FORMAT parquet)")
+    assert native.read_parquet(str(duck), "dltrace") is None
+    data = path.read_bytes()
+    bad = tmp_path / "bad.parquet"
+    for damaged in (data[:-1], data[:20] + data[21:], data[:4] + b"\xff" * 8 + data[12:], b"PAR1PAR1", b""):
+        bad.write_bytes(damaged)
+        assert native.read_parquet(str(bad), "dltrace") is None
+    # damage anywhere never reads outside the file: it is declined, or (in the packed values,
+    # which carry no checksum) read as other numbers
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        damaged = bytearray(data[:int(rng.integers(len(data) // 2, len(data) + 1))])
+        for at in rng.integers(0, len(damaged), int(rng.integers(1, 4))):
+            damaged[at] = int(rng.integers(0, 256))
+        bad.write_bytes(bytes(damaged) + (b"" if damaged[-4:] == b"PAR1" else data[-8:]))
+        got = native.read_parquet(str(bad), "dltrace")
+        assert got is None or [(n, k, len(c)) for n, k, c in got] == [("a", "int64", 8000)]
+    with pytest.raises(OSError, match="missing"):
+        native.read_parquet(str(tmp_path / "missing.parquet"), "dltrace")
+

@@ -147,6 +147,10 @@ static PyMethodDef methods[] = {
      "write_parquet(path, columns, created_by) -> bytes written\n"
      "columns: [(name, 'int64'|'int32'|'bool', buffer, negative_is_null)], equal rows.\n"
      "One Parquet file, integers DELTA_BINARY_PACKED, uncompressed (see parquet.c)."},
+    {"read_parquet", native_read_parquet, METH_VARARGS,
+     "read_parquet(path, created_by) -> [(name, 'int64'|'int32'|'bool', Column)] or None\n"
+     "The columns of a file write_parquet wrote with created_by (NULL as -1); None for any\n"
+     "other file, which the caller reads otherwise (see parquet_read.c)."},
     {"lanes", native_lanes, METH_VARARGS,
      "lanes(records, first_index) -> [(index, records)]\n"
      "First-fit lanes for time-sorted asynchronous collectives (instrument.merge._lanes)."},
