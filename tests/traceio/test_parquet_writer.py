@@ -110,3 +110,36 @@ def test_the_reader_declines_what_it_did_not_write(tmp_path: Path) -> None:
     with pytest.raises(OSError, match="missing"):
         native.read_parquet(str(tmp_path / "missing.parquet"), "dltrace")
 
+
+@pytest.mark.parametrize("n", [0, 1, 1000, 1_000_001])
+def test_text_columns(n: int, tmp_path: Path) -> None:
+    # text as codes into names: what DuckDB reads is the names, NULL where a nullable code is
+    # negative; no min/max statistics (only the null count)
+    names = ("allreduce", "", "héllo 'wörld'", "x" * 300)
+    rng = np.random.default_rng(n)
+    codes = rng.integers(-1, len(names), n).astype(np.int32)
+    path = tmp_path / "t.parquet"
+    codec.native().write_parquet(str(path), [("i", "int64", np.arange(n, dtype=np.int64), False),
+                                             ("op", "text", codes, True, names),
+                                             ("src", "text", np.maximum(codes, 0), False, names)], "dltrace")
+    con = duckdb.connect()
+    assert [(c[0], c[1]) for c in con.execute(f"describe select * from '{path}'").fetchall()] == [
+        ("i", "BIGINT"), ("op", "VARCHAR"), ("src", "VARCHAR")]
+    got = con.execute(f"select op, src from '{path}' order by i").fetchall()
+    assert got == [(names[c] if c >= 0 else None, names[max(c, 0)]) for c in codes.tolist()]
+    if n:
+        stats = con.execute(f"select sum(stats_null_count), max(stats_min_value) from parquet_metadata('{path}') "
+                            "where path_in_schema = 'op'").fetchone()
+        assert stats == (int((codes < 0).sum()), None)
+    assert codec.native().read_parquet(str(path), "dltrace") is None  # the reader reads numbers only
+
+
+def test_bad_text_columns_are_errors(tmp_path: Path) -> None:
+    native = codec.native()
+    codes = np.array([0, 1, 2], np.int32)
+    with pytest.raises(ValueError, match="needs a tuple of names"):
+        native.write_parquet(str(tmp_path / "x.parquet"), [("op", "text", codes, False)], "t")
+    with pytest.raises(ValueError, match="code 2, not one of its 2 names"):
+        native.write_parquet(str(tmp_path / "x.parquet"), [("op", "text", codes, False, ("a", "b"))], "t")
+    with pytest.raises(ValueError, match="is not nullable"):
+        native.write_parquet(str(tmp_path / "x.parquet"), [("op", "text", codes - 1, False, ("a", "b"))], "t")

@@ -21,9 +21,10 @@
 #define MINIBLOCKS 4
 #define MINI (BLOCK / MINIBLOCKS)
 
-enum { K_INT64, K_INT32, K_BOOL };
+enum { K_INT64, K_INT32, K_BOOL, K_TEXT };
 /* Parquet enums */
-enum { T_BOOLEAN = 0, T_INT32 = 1, T_INT64 = 2 };
+enum { T_BOOLEAN = 0, T_INT32 = 1, T_INT64 = 2, T_BYTE_ARRAY = 6 };
+enum { UTF8 = 0 }; /* ConvertedType */
 enum { E_PLAIN = 0, E_RLE = 3, E_DELTA = 5 };
 
 typedef struct {
@@ -207,8 +208,11 @@ static void delta_encode(Buf *b, const int64_t *v, size_t n, int wrap32) {
 typedef struct {
     const char *name;
     int kind;
-    const void *data;
+    const void *data; /* K_TEXT: int32 codes into text (negative: NULL) */
     int null_below_zero;
+    const char **text;
+    const Py_ssize_t *text_len;
+    Py_ssize_t ntext;
     /* per row group, filled while encoding */
     int64_t offset, size, nulls, min, max;
     int has_stats;
@@ -219,6 +223,7 @@ static int64_t value(const Col *c, size_t i) {
     case K_INT64:
         return ((const int64_t *)c->data)[i];
     case K_INT32:
+    case K_TEXT:
         return ((const int32_t *)c->data)[i];
     default:
         return ((const uint8_t *)c->data)[i] != 0;
@@ -254,7 +259,7 @@ static size_t gather(Col *c, size_t a, size_t rows, int64_t *scratch) {
         n = rows;
     } else if (c->kind == K_INT64)
         GATHER(int64_t);
-    else if (c->kind == K_INT32)
+    else if (c->kind == K_INT32 || c->kind == K_TEXT)
         GATHER(int32_t);
     else
         GATHER(uint8_t);
@@ -262,7 +267,7 @@ static size_t gather(Col *c, size_t a, size_t rows, int64_t *scratch) {
         for (size_t i = 0; i < n; i++)
             scratch[i] = scratch[i] != 0;
     c->nulls = (int64_t)(rows - n);
-    c->has_stats = n > 0;
+    c->has_stats = n > 0 && c->kind != K_TEXT; /* text: only the null count */
     c->min = c->kind == K_BOOL ? min != 0 : min;
     c->max = c->kind == K_BOOL ? max != 0 : max;
     return n;
@@ -271,7 +276,10 @@ static size_t gather(Col *c, size_t a, size_t rows, int64_t *scratch) {
 /* One column chunk (page header + page) of rows [a, b) into ``out``; sets offset and size. */
 static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scratch) {
     Buf page = {0};
-    reserve(&page, rows * 9 + rows / 8 + 64); /* at most: values, levels, headers */
+    size_t widest = 0;
+    for (Py_ssize_t k = 0; k < c->ntext; k++)
+        widest = (size_t)c->text_len[k] > widest ? (size_t)c->text_len[k] : widest;
+    reserve(&page, rows * (9 + widest) + rows / 8 + 64); /* at most: values, levels, headers */
     size_t n = gather(c, a, rows, scratch);
     if (c->null_below_zero) {
         /* definition levels (bit width 1), as a 4-byte length and the RLE/bit-packed hybrid:
@@ -298,7 +306,13 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
         page.failed |= levels.failed;
         free(levels.p);
     }
-    if (c->kind == K_BOOL) {
+    if (c->kind == K_TEXT) { /* PLAIN byte arrays: a 4-byte length, then the bytes */
+        for (size_t i = 0; i < n; i++) {
+            uint32_t len = (uint32_t)c->text_len[scratch[i]];
+            put(&page, &len, 4);
+            put(&page, c->text[scratch[i]], len);
+        }
+    } else if (c->kind == K_BOOL) {
         size_t bytes = (n + 7) / 8;
         reserve(&page, bytes);
         if (!page.failed) {
@@ -320,7 +334,7 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
     t_i32(&t, 3, (int32_t)page.n);
     t_struct(&t, 5);
     t_i32(&t, 1, (int32_t)rows);
-    t_i32(&t, 2, c->kind == K_BOOL ? E_PLAIN : E_DELTA);
+    t_i32(&t, 2, c->kind == K_BOOL || c->kind == K_TEXT ? E_PLAIN : E_DELTA);
     t_i32(&t, 3, E_RLE);
     t_i32(&t, 4, E_RLE);
     end(&t);
@@ -332,7 +346,7 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
 }
 
 static int physical(const Col *c) {
-    return c->kind == K_INT64 ? T_INT64 : c->kind == K_INT32 ? T_INT32 : T_BOOLEAN;
+    return c->kind == K_INT64 ? T_INT64 : c->kind == K_INT32 ? T_INT32 : c->kind == K_TEXT ? T_BYTE_ARRAY : T_BOOLEAN;
 }
 
 static void stat_value(Thrift *t, int16_t id, const Col *c, int64_t v) {
@@ -369,6 +383,8 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
         t_i32(&t, 1, physical(&cols[k]));
         t_i32(&t, 3, cols[k].null_below_zero ? 1 : 0); /* OPTIONAL : REQUIRED */
         t_binary(&t, 4, cols[k].name, strlen(cols[k].name));
+        if (cols[k].kind == K_TEXT)
+            t_i32(&t, 6, UTF8); /* converted_type: readers take the bytes for text */
         end(&t);
     }
     t_i64(&t, 3, (int64_t)rows);
@@ -386,7 +402,7 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
             t_i64(&t, 2, c->offset);
             t_struct(&t, 3); /* ColumnMetaData */
             t_i32(&t, 1, physical(c));
-            int enc = c->kind == K_BOOL ? E_PLAIN : E_DELTA;
+            int enc = c->kind == K_BOOL || c->kind == K_TEXT ? E_PLAIN : E_DELTA;
             t_list(&t, 2, TC_I32, c->null_below_zero ? 2 : 1);
             put_varint(&meta, zigzag(enc));
             if (c->null_below_zero)
@@ -435,6 +451,37 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
 
 /* ---- Python ---------------------------------------------------------------------------- */
 
+/* A text column's names (strings: held by the caller's sequence while the file is written),
+ * after checking that its codes name them. */
+static int texts_of(Col *c, PyObject *names, Py_ssize_t rows) {
+    if (names == NULL || !PyTuple_Check(names)) {
+        PyErr_SetString(PyExc_ValueError, "a text column needs a tuple of names");
+        return -1;
+    }
+    c->ntext = PyTuple_GET_SIZE(names);
+    const char **text = calloc(c->ntext ? c->ntext : 1, sizeof *text);
+    Py_ssize_t *len = calloc(c->ntext ? c->ntext : 1, sizeof *len);
+    c->text = text;
+    c->text_len = len;
+    if (text == NULL || len == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t k = 0; k < c->ntext; k++) {
+        text[k] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(names, k), &len[k]);
+        if (text[k] == NULL)
+            return -1;
+    }
+    const int32_t *codes = c->data;
+    for (Py_ssize_t i = 0; i < rows; i++)
+        if (codes[i] >= c->ntext || (codes[i] < 0 && !c->null_below_zero)) {
+            PyErr_Format(PyExc_ValueError, "text column %s has code %d, not one of its %zd names%s", c->name,
+                         codes[i], c->ntext, codes[i] < 0 ? " (and is not nullable)" : "");
+            return -1;
+        }
+    return 0;
+}
+
 PyObject *native_write_parquet(PyObject *self, PyObject *args) {
     const char *path, *created_by;
     PyObject *columns;
@@ -454,20 +501,22 @@ PyObject *native_write_parquet(PyObject *self, PyObject *args) {
     }
     for (Py_ssize_t k = 0; k < ncol; k++) {
         const char *kind;
-        PyObject *data;
+        PyObject *data, *names = NULL;
         int nullable;
-        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "ssOp", &cols[k].name, &kind, &data, &nullable))
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, k), "ssOp|O", &cols[k].name, &kind, &data, &nullable,
+                              &names))
             goto done;
         if (PyObject_GetBuffer(data, &views[k], PyBUF_C_CONTIGUOUS) < 0)
             goto done;
         held++;
-        Py_ssize_t item = strcmp(kind, "int64") == 0 ? 8 : strcmp(kind, "int32") == 0 ? 4
+        int text = strcmp(kind, "text") == 0;
+        Py_ssize_t item = strcmp(kind, "int64") == 0 ? 8 : strcmp(kind, "int32") == 0 || text ? 4
                         : strcmp(kind, "bool") == 0 ? 1 : 0;
         if (item == 0) {
-            PyErr_Format(PyExc_ValueError, "unknown column kind %s (int64, int32 or bool)", kind);
+            PyErr_Format(PyExc_ValueError, "unknown column kind %s (int64, int32, bool or text)", kind);
             goto done;
         }
-        cols[k].kind = item == 8 ? K_INT64 : item == 4 ? K_INT32 : K_BOOL;
+        cols[k].kind = item == 8 ? K_INT64 : text ? K_TEXT : item == 4 ? K_INT32 : K_BOOL;
         cols[k].data = views[k].buf;
         cols[k].null_below_zero = nullable;
         if (views[k].len % item || (rows >= 0 && views[k].len / item != rows)) {
@@ -475,6 +524,8 @@ PyObject *native_write_parquet(PyObject *self, PyObject *args) {
             goto done;
         }
         rows = views[k].len / item;
+        if (text && texts_of(&cols[k], names, rows) < 0)
+            goto done;
     }
     Buf out = {0};
     int io_error = 0;
@@ -500,6 +551,10 @@ PyObject *native_write_parquet(PyObject *self, PyObject *args) {
 done:
     for (Py_ssize_t k = 0; k < held; k++)
         PyBuffer_Release(&views[k]);
+    for (Py_ssize_t k = 0; cols != NULL && k < ncol; k++) {
+        free((void *)cols[k].text);
+        free((void *)cols[k].text_len);
+    }
     free(cols);
     free(views);
     Py_DECREF(seq);
