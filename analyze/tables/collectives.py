@@ -20,12 +20,24 @@ communicator and sequence number (or by sender, receiver, communicator, tag and 
 number), what each instance needs from the others (``*_match``: the shuffle); per rank
 again, the final rows (``*_final``). Sequence numbers are per rank, so only the middle step
 sees more than one rank.
+
+Collectives are numbered and finished in numpy (:func:`number`, :func:`final`: a few ranks'
+rows at a time, a tenth of a second per million), with the SQL of :func:`collective_rows` for
+a rank whose collectives are too many to hold (DuckDB's sort spills to disk). Both give the
+rows of :data:`ROW_COLUMNS`: integers, with -1 for NULL and operations as codes of the
+build's :func:`vocabulary`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+
 import duckdb
+import numpy as np
+import pandas as pd
 from otf2.enums import CollectiveOp
+
+from analyze.tables.store import Codes
 
 # Collective records that do not move data: communicator and window bookkeeping.
 NOT_DATA = ("create_handle", "destroy_handle", "allocate", "deallocate",
@@ -44,28 +56,44 @@ def create_op_names(con: duckdb.DuckDBPyConnection) -> None:
     con.executemany("INSERT INTO op_names VALUES (?, ?)", op_names())
 
 
-def collective_rows() -> str:
-    """Per rank, every data-moving collective instance with its region, times and sequence
-    number on its communicator, and ``is_root`` (over views raw_collectives, named_collectives,
-    locations, communicators and the table op_names). The reader gives each record the region
-    performing it and that region's enter and leave, so no join with the intervals is needed;
-    a name-only collective is an instance itself."""
+def vocabulary(pattern_ops: Iterable[str | None]) -> tuple[str, ...]:
+    """The names of the operations a build's collectives can have, by code: OTF2's at their
+    own codes, then the other operations of the name patterns (``regions.pattern_op``)."""
+    otf2 = dict(op_names())
+    names = tuple(otf2[code] for code in range(len(otf2)))  # OTF2's codes run from 0 without gaps
+    return names + tuple(sorted({op for op in pattern_ops if op is not None} - set(names)))
+
+
+# A rank's numbered collectives (``*_rows``), as stages.prepare writes them for the shuffle
+# and stages.finish: -1 is NULL (never for comm_id, whose inferred groups are negative).
+ROW_COLUMNS = {
+    "rank": np.int32, "location_id": np.int64, "interval_idx": np.int64, "region_id": np.int64,
+    "comm_id": np.int64, "op": np.int32, "root": np.int64, "bytes_sent": np.int64, "bytes_recv": np.int64,
+    "enter_ns": np.int64, "leave_ns": np.int64, "by_name": np.bool_, "is_async": np.bool_, "seq": np.int64,
+    "is_root": np.bool_,
+}
+
+
+def collective_rows(vocabulary: tuple[str, ...]) -> str:
+    """:data:`ROW_COLUMNS` in SQL, as :func:`number` gives them (over views raw_collectives,
+    named_collectives, locations, communicators and the table op_names): for a rank whose
+    collectives are too many for memory."""
+    codes = ", ".join(f"({i}, {_text(name)})" for i, name in enumerate(vocabulary))
     return f"""
-        WITH rc AS (
-            SELECT rc.rank, rc.location_id, rc.interval_idx,
-                   CASE WHEN rc.region_id < 0 THEN NULL ELSE rc.region_id END AS region_id,
-                   rc.comm_id, o.name AS op, CASE WHEN rc.root < 0 THEN NULL ELSE rc.root END AS root,
-                   -- negative: not known (a Kineto NCCL kernel without its args)
-                   CASE WHEN rc.bytes_sent < 0 THEN NULL ELSE rc.bytes_sent END AS bytes_sent,
-                   CASE WHEN rc.bytes_recv < 0 THEN NULL ELSE rc.bytes_recv END AS bytes_recv,
-                   rc.begin_ns, rc.enter_ns, rc.leave_ns, 'record' AS source
+        WITH vocabulary(code, name) AS (VALUES {codes}),
+        rc AS (
+            SELECT rc.rank, rc.location_id, rc.interval_idx, greatest(rc.region_id, -1) AS region_id,
+                   rc.comm_id, CASE WHEN o.name IS NULL THEN -1 ELSE rc.op END AS op,
+                   greatest(rc.root, -1) AS root, greatest(rc.bytes_sent, -1) AS bytes_sent,
+                   greatest(rc.bytes_recv, -1) AS bytes_recv, rc.begin_ns, rc.enter_ns, rc.leave_ns,
+                   false AS by_name
             FROM raw_collectives rc
-            LEFT JOIN op_names o ON o.op = rc.op  -- no name (NULL op): the operation is unknown
+            LEFT JOIN op_names o ON o.op = rc.op  -- no name: the operation is unknown
             WHERE o.name IS NULL OR o.name NOT IN {NOT_DATA}
             UNION ALL
-            SELECT rank, location_id, interval_idx, region_id, comm_id, op, NULL, NULL, NULL,
-                   enter_ns, enter_ns, leave_ns, 'name' AS source
-            FROM named_collectives
+            SELECT n.rank, n.location_id, n.interval_idx, n.region_id, n.comm_id, coalesce(v.code, -1),
+                   -1, -1, -1, n.enter_ns, n.enter_ns, n.leave_ns, true
+            FROM named_collectives n LEFT JOIN vocabulary v ON v.name = n.op
         ),
         c AS (
             SELECT rc.*, NOT l.is_main AS is_async
@@ -80,9 +108,89 @@ def collective_rows() -> str:
         -- each communicator's members by position: an equality join, not a list lookup per row
         roots AS (SELECT comm_id, unnest(range(0, len(members))) AS root, unnest(members) AS root_rank
                   FROM communicators)
-        SELECT s.* EXCLUDE (begin_ns), coalesce(s.rank = r.root_rank, false) AS is_root
+        SELECT s.rank, s.location_id, s.interval_idx, s.region_id, s.comm_id, s.op, s.root, s.bytes_sent,
+               s.bytes_recv, s.enter_ns, s.leave_ns, s.by_name, s.is_async, s.seq,
+               coalesce(s.rank = r.root_rank, false) AS is_root
         FROM s LEFT JOIN roots r ON r.comm_id = s.comm_id AND r.root = s.root
+        ORDER BY s.rank, s.comm_id, s.seq
     """
+
+
+def number(raw: Mapping[str, np.ndarray], named: Mapping[str, np.ndarray], main: Mapping[int, bool],
+           members: Mapping[int, np.ndarray], vocabulary: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """:data:`ROW_COLUMNS` of some ranks: their data-moving collective records (``raw``:
+    the reader's columns) and name-only collectives (``named``: location_id, rank,
+    interval_idx, region_id, enter_ns, leave_ns, op as a name or None, comm_id), numbered per
+    rank and communicator in enter order. ``main``: every location, whether it is a rank's main
+    thread (rows of other locations are dropped); ``members``: each communicator's ranks. The
+    reader gives each record the region performing it and that region's enter and leave, so no
+    join with the intervals is needed; a name-only collective is an instance itself."""
+    op = np.asarray(raw["op"], np.int64)
+    unknown = (op < 0) | (op >= len(op_names()))
+    data = unknown | ~np.isin(op, [code for code, name in op_names() if name in NOT_DATA])
+    rec = {k: np.asarray(v) for k, v in raw.items()} | {"op": np.where(unknown, -1, op)}
+    if not data.all():
+        rec = {k: v[data] for k, v in rec.items()}
+    n_named = len(named["rank"])
+    codes = {name: i for i, name in enumerate(vocabulary)}
+    missing = {o for o in named["op"] if o is not None and o not in codes}
+    if missing:
+        raise ValueError(f"operations {sorted(missing)} are not in the build's vocabulary")
+    none = np.full(n_named, -1, np.int64)
+    given = {  # the name-only collectives' columns, as records' (no root, bytes or begin)
+        "rank": named["rank"], "location_id": named["location_id"], "interval_idx": named["interval_idx"],
+        "region_id": named["region_id"], "comm_id": named["comm_id"],
+        "op": np.array([-1 if o is None else codes[o] for o in named["op"]], np.int64),
+        "root": none, "bytes_sent": none, "bytes_recv": none, "enter_ns": named["enter_ns"],
+        "leave_ns": named["leave_ns"], "begin_ns": named["enter_ns"]}
+    rows = {c: (np.concatenate([rec[c], np.asarray(given[c])]) if n_named else rec[c]).astype(ROW_COLUMNS.get(
+        c, np.int64), copy=False) for c in given}
+    for c in ("region_id", "root", "bytes_sent", "bytes_recv"):  # negative: not known (NULL)
+        rows[c] = np.maximum(rows[c], -1)
+    rows["by_name"] = np.r_[np.zeros(len(rec["rank"]), bool), np.ones(n_named, bool)]
+    ids = np.fromiter(main.keys(), np.int64, len(main))
+    order = np.argsort(ids)
+    ids, flags = ids[order], np.fromiter(main.values(), bool, len(main))[order]
+    at = np.searchsorted(ids, rows["location_id"]).clip(0, max(len(ids) - 1, 0))
+    defined = ids[at] == rows["location_id"] if len(ids) else np.zeros(len(at), bool)
+    if not defined.all():  # as the SQL's join with the locations: rows of other locations go
+        rows = {k: v[defined] for k, v in rows.items()}
+        at = at[defined]
+    rows["is_async"] = ~flags[at] if len(ids) else np.zeros(0, bool)
+    begin = rows.pop("begin_ns")
+    rows["seq"] = _numbered(rows["rank"], rows["comm_id"], rows["enter_ns"], rows["location_id"],
+                            rows["interval_idx"], begin)
+    is_root = np.zeros(len(begin), bool)
+    rooted = np.flatnonzero(rows["root"] >= 0)
+    for comm in np.unique(rows["comm_id"][rooted]):
+        ranks = members.get(int(comm))
+        if ranks is None:
+            continue
+        mine = rooted[rows["comm_id"][rooted] == comm]
+        root = rows["root"][mine]
+        inside = root < len(ranks)
+        is_root[mine[inside]] = np.asarray(ranks, np.int64)[root[inside]] == rows["rank"][mine[inside]]
+    rows["is_root"] = is_root
+    return rows
+
+
+def _numbered(rank: np.ndarray, comm: np.ndarray, *order: np.ndarray) -> np.ndarray:
+    """Each row's position among the rows of its rank and communicator, in ``order`` (keys,
+    most significant first)."""
+    n = len(rank)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    keys = [k for k in (rank, comm) if not (k == k[0]).all()]  # one rank, one communicator: no key
+    by = np.lexsort((*reversed(order), *reversed(keys)))
+    first = np.ones(n, bool)
+    first[1:] = False
+    for k in keys:
+        sorted_key = k[by]
+        first[1:] |= sorted_key[1:] != sorted_key[:-1]
+    starts = np.flatnonzero(first)
+    seq = np.empty(n, np.int64)
+    seq[by] = np.arange(n, dtype=np.int64) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    return seq
 
 
 def collective_match() -> str:
@@ -95,28 +203,76 @@ def collective_match() -> str:
     """
 
 
-def collective_final() -> str:
-    """The ``collectives`` rows of some ranks (views coll_rows of those ranks, and instances:
-    ``collective_match`` of every bucket their communicators and sequence numbers fell in)."""
+def final(rows: Mapping[str, np.ndarray], instances: Mapping[str, np.ndarray],
+          vocabulary: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The ``collectives`` rows of some ranks' :data:`ROW_COLUMNS` (-1 for NULL, operations as
+    codes: :func:`final_select` names them), given ``instances``: ``collective_match`` of every
+    bucket their communicators and sequence numbers fell in, with root_enter -1 where no root
+    took part (``has_root`` false)."""
+    at = _position(instances["comm_id"], instances["seq"], rows["comm_id"], rows["seq"])
+    if (at < 0).any():  # an instance every rank took part in was matched: never, as in SQL's join
+        rows = {k: v[at >= 0] for k, v in rows.items()}
+        at = at[at >= 0]
+    op, enter, leave, is_root = rows["op"], rows["enter_ns"], rows["leave_ns"], rows["is_root"]
+    last_enter = np.asarray(instances["last_enter"], np.int64)[at]
+    root_enter = np.where(np.asarray(instances["has_root"], bool)[at],
+                          np.asarray(instances["root_enter"], np.int64)[at], enter)
+    one_to_all = np.isin(op, [vocabulary.index(o) for o in ONE_TO_ALL])
+    all_to_one = np.isin(op, [vocabulary.index(o) for o in ALL_TO_ONE])
+    last = np.where(one_to_all, np.where(is_root, enter, root_enter),
+                    np.where(all_to_one & ~is_root, enter, last_enter))
+    wait = np.maximum(0, np.minimum(last, leave) - enter)
+    return {**rows, "bytes": np.where(one_to_all, rows["bytes_recv"], rows["bytes_sent"]),
+            "last_arrival_ns": last, "wait_ns": wait, "transfer_ns": leave - enter - wait,
+            "ranks_matched": np.asarray(instances["ranks_matched"], np.int64)[at]}
+
+
+def _position(comm: np.ndarray, seq: np.ndarray, want_comm: np.ndarray, want_seq: np.ndarray) -> np.ndarray:
+    """Where each (communicator, sequence number) wanted is among the given ones, which are
+    distinct; -1 where it is not."""
+    if not len(seq) or not len(want_seq):
+        return np.full(len(want_seq), -1, np.int64)
+    lo_c = min(int(comm.min()), int(want_comm.min()))
+    lo_s = min(int(seq.min()), int(want_seq.min()))
+    span = max(int(seq.max()), int(want_seq.max())) - lo_s + 1
+    if (max(int(comm.max()), int(want_comm.max())) - lo_c + 1) * span >= 1 << 62:  # no one integer key
+        return np.asarray(pd.MultiIndex.from_arrays([comm, seq]).get_indexer(
+            pd.MultiIndex.from_arrays([want_comm, want_seq])), np.int64)
+    key = (np.asarray(comm, np.int64) - lo_c) * span + (np.asarray(seq, np.int64) - lo_s)
+    want = (np.asarray(want_comm, np.int64) - lo_c) * span + (np.asarray(want_seq, np.int64) - lo_s)
+    order = np.argsort(key)
+    at = np.searchsorted(key[order], want).clip(0, len(key) - 1)
+    return np.where(key[order][at] == want, order[at], -1)
+
+
+def _text(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
+
+
+SOURCES = ("record", "name")  # collectives.source by by_name
+NULLABLE = frozenset({"region_id", "root", "bytes", "bytes_sent", "bytes_recv", "op"})  # -1 (op: no name)
+
+
+def table_columns(done: Mapping[str, np.ndarray], vocabulary: tuple[str, ...]) -> dict[str, np.ndarray | Codes]:
+    """:func:`final`'s arrays as the columns of ``collectives`` (text as codes), for
+    :meth:`~analyze.tables.store.Store.write_arrays` with :data:`NULLABLE`."""
+    return {**done, "op": Codes(done["op"], vocabulary), "source": Codes(done["by_name"].astype(np.int32), SOURCES)}
+
+
+def final_select(vocabulary: tuple[str, ...]) -> str:
+    """The ``collectives`` columns of :func:`final`'s arrays, as a template whose ``{rows}``
+    names them (``str.format``)."""
+    names = "[" + ", ".join(_text(name) for name in vocabulary) + "]"
+    names = names.replace("{", "{{").replace("}", "}}")
+    null = {c: f"CASE WHEN {c} < 0 THEN NULL ELSE {c} END" for c in
+            ("region_id", "root", "bytes", "bytes_sent", "bytes_recv")}
     return f"""
-        WITH a AS (
-            SELECT s.*, g.ranks_matched,
-                   CASE
-                     WHEN s.op IN {ONE_TO_ALL} THEN
-                       CASE WHEN s.is_root THEN s.enter_ns ELSE coalesce(g.root_enter, s.enter_ns) END
-                     WHEN s.op IN {ALL_TO_ONE} THEN
-                       CASE WHEN s.is_root THEN g.last_enter ELSE s.enter_ns END
-                     ELSE g.last_enter
-                   END AS last_arrival_ns
-            FROM coll_rows s JOIN instances g USING (comm_id, seq)
-        )
-        SELECT rank, location_id, is_async, interval_idx, region_id, comm_id, seq, op, root,
-               CASE WHEN op IN {ONE_TO_ALL} THEN bytes_recv ELSE bytes_sent END AS bytes,
-               bytes_sent, bytes_recv, enter_ns, leave_ns, last_arrival_ns,
-               greatest(0, least(last_arrival_ns, leave_ns) - enter_ns) AS wait_ns,
-               leave_ns - enter_ns - greatest(0, least(last_arrival_ns, leave_ns) - enter_ns) AS transfer_ns,
-               ranks_matched, source
-        FROM a
+        SELECT rank, location_id, is_async, interval_idx, {null['region_id']} AS region_id, comm_id, seq,
+               CASE WHEN op < 0 THEN NULL ELSE {names}[op + 1] END AS op, {null['root']} AS root,
+               {null['bytes']} AS bytes, {null['bytes_sent']} AS bytes_sent, {null['bytes_recv']} AS bytes_recv,
+               enter_ns, leave_ns, last_arrival_ns, wait_ns, transfer_ns, ranks_matched,
+               CASE WHEN by_name THEN '{SOURCES[1]}' ELSE '{SOURCES[0]}' END AS source
+        FROM {{rows}}
     """
 
 

@@ -53,7 +53,7 @@ from analyze.schema import (
     TABLES,
     Table,
 )
-from analyze.tables import metrics, named, pattern_set, stages, steps
+from analyze.tables import collectives, metrics, named, pattern_set, stages, steps
 from analyze.tables.causes import build_causes
 from analyze.tables.energy import build_energy
 from analyze.tables.pattern_set import PatternSet
@@ -325,6 +325,8 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
             spec.work.write(con, stages.CHANNELS, "SELECT * FROM channel_rows", "data")
             con.unregister("channel_rows")
             spec = dataclasses.replace(spec, metrics=True)
+        ops = [op for (op,) in con.execute("SELECT DISTINCT pattern_op FROM regions").fetchall()]
+        spec = dataclasses.replace(spec, vocabulary=collectives.vocabulary(ops))
         rank_counts = [len(g[1]) for g in plan.groups]
         spec = _threads(spec, engine, plan.groups)
         found = engine.run("matching collectives and steps", stages.prepare, plan.groups, spec,

@@ -30,13 +30,14 @@ import math
 import os
 import shutil
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import numpy as np
+import pandas as pd
 
 from analyze.readers import dispatch, otf2_native
 from analyze.readers.columns import (
@@ -79,9 +80,10 @@ READ_TASK_EVENTS = (1_000_000, 20_000_000)
 GROUP_EVENTS = 2_000_000
 PHASE_ROWS = 1_000_000  # phase rows collected before they are written
 MATERIALIZE_ROWS = 2_000_000  # a group's collectives and messages held in memory up to this many
-COLLECTIVE_ROWS = 4_000_000  # collectives numbered in one query at most (a rank's own: all of them)
+COLLECTIVE_ROWS = 2_000_000  # collectives numbered at once at most (a rank's own: all of them, in SQL)
 
 # Intermediate tables under _work/ (their rows never reach the run's database).
+COLL_ROWS = table_of("coll_rows", collectives.ROW_COLUMNS)  # files per group: g<group>_<batch>
 # They are partitioned by group of ranks (a task's share): a group task then reads a few files,
 # not a few per rank, which for thousands of small ranks is most of its time.
 RAW_COLLECTIVES = table_of("raw_collectives", {**COLLECTIVE_COLUMNS, "rank_group": np.int32}, "rank_group")
@@ -150,6 +152,8 @@ class Spec:
     # DuckDB's threads in a process while this stage's tasks run there (None: its default,
     # one per core); set per stage by the driver (Engine.threads_per_task)
     threads: int | None = None
+    # after the read stage: the names of the collectives' operations by code (collectives.vocabulary)
+    vocabulary: tuple[str, ...] = collectives.vocabulary(())
 
     def group_of(self, ranks: np.ndarray) -> np.ndarray:
         return (np.searchsorted(np.array(self.group_starts), ranks, side="right") - 1).astype(np.int32)
@@ -426,21 +430,32 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         _named_view(spec, con, number)
         collectives.create_op_names(con)
         tag = f"g{number}"
-        (work.root / "coll_rows").mkdir(parents=True, exist_ok=True)
-        # Sequence numbers count per rank and communicator, so ranks can be numbered apart:
-        # a few at a time, so that the sort behind them holds at most about COLLECTIVE_ROWS
-        # rows (beyond DuckDB's memory limit it spills, and a group of 8 ranks with 22M
-        # collectives took 9x the time of one with 4.5M).
-        for k, (lo, hi) in enumerate(_rank_batches(con, COLLECTIVE_ROWS)):
+        work.dir(COLL_ROWS).mkdir(parents=True, exist_ok=True)
+        main = dict(con.execute("SELECT location_id, is_main FROM locations").fetchall())
+        members = {comm: np.asarray(ranks or [], np.int64) for comm, ranks in
+                   con.execute("SELECT comm_id, members FROM communicators").fetchall()}
+        # Sequence numbers count per rank and communicator, so ranks can be numbered apart: a
+        # few at a time, about COLLECTIVE_ROWS collectives, in numpy; a rank with more alone,
+        # in SQL, whose sort spills to disk beyond DuckDB's memory limit
+        for k, (lo, hi, held) in enumerate(_rank_batches(con, COLLECTIVE_ROWS)):
+            where = f"WHERE rank BETWEEN {lo} AND {hi}"
+            if held <= COLLECTIVE_ROWS:
+                raw = _raw_collectives(spec, con, number, lo, hi)
+                found = con.execute(f"SELECT * FROM group_named_collectives {where}").fetchnumpy()
+                found["op"] = _names(found["op"])
+                work.write_arrays(con, COLL_ROWS, collectives.number(raw, found, main, members, spec.vocabulary),
+                                  f"{tag}_{k}")
+                continue
             for view in ("raw_collectives", "named_collectives"):
-                con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM group_{view} "
-                            f"WHERE rank BETWEEN {lo} AND {hi}")
-            rows = work.root / "coll_rows" / f"{tag}_{k}.parquet"
-            con.execute(f"COPY ({collectives.collective_rows()}) TO {literal(rows)} ({FORMAT})")
-        con.execute(f"""COPY (SELECT comm_id, seq, enter_ns, is_root, {_bucket_of(spec, 'comm_id', 'seq')}
-                              FROM read_parquet({work.source(f'coll_rows/{tag}_*.parquet')}))
-                        TO {literal(work.root / 'arrivals')} ({FORMAT}, PARTITION_BY (bucket),
-                           FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
+                con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM group_{view} {where}")
+            rows = work.dir(COLL_ROWS) / f"{tag}_{k}.parquet"
+            con.execute(f"COPY ({collectives.collective_rows(spec.vocabulary)}) TO {literal(rows)} ({FORMAT})")
+        numbered = work.source(f"{COLL_ROWS.name}/{tag}_*.parquet")  # none: the group has no collectives
+        if numbered is not None:
+            con.execute(f"""COPY (SELECT comm_id, seq, enter_ns, is_root, {_bucket_of(spec, 'comm_id', 'seq')}
+                                  FROM read_parquet({numbered}))
+                            TO {literal(work.root / 'arrivals')} ({FORMAT}, PARTITION_BY (bucket),
+                               FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
         rows = work.root / "msg_rows" / f"{tag}.parquet"
         rows.parent.mkdir(parents=True, exist_ok=True)
         con.execute(f"COPY ({collectives.message_rows()}) TO {literal(rows)} ({FORMAT})")
@@ -472,27 +487,51 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         con.close()
 
 
-def _rank_batches(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[int, int]]:
+def _raw_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, number: int, lo: int, hi: int,
+                     ) -> dict[str, np.ndarray]:
+    """The raw collective records of ranks ``lo`` to ``hi`` of group ``number``, read by the
+    codec (DuckDB's view group_raw_collectives where it did not write them)."""
+    files = sorted((spec.work.dir(RAW_COLLECTIVES) / f"{RAW_COLLECTIVES.partition_by}={number}").glob("*.parquet"))
+    parts = [spec.work.read_arrays(f) for f in files]
+    if any(part is None for part in parts):
+        return con.sql(f"SELECT * EXCLUDE (rank_group) FROM group_raw_collectives "
+                       f"WHERE rank BETWEEN {lo} AND {hi}").fetchnumpy()
+    rows = {c: np.concatenate([part[c] for part in parts]) if parts else np.zeros(0, t)  # type: ignore[index]
+            for c, t in COLLECTIVE_COLUMNS.items()}
+    mine = (rows["rank"] >= lo) & (rows["rank"] <= hi)
+    return rows if mine.all() else {c: v[mine] for c, v in rows.items()}
+
+
+def _rank_batches(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[int, int, int]]:
     """Consecutive ranks of the group (views group_raw_collectives, group_named_collectives)
     in batches of at most about ``limit`` collectives (a rank with more is a batch alone), as
-    (first, last) rank; one batch of every rank when there are none, so that the group still
-    writes its (empty) rows file."""
+    (first rank, last rank, collectives); one batch of every rank when there are none, so that
+    the group still writes its (empty) rows file."""
     counts = con.execute("""
         SELECT rank, count(*) FROM (SELECT rank FROM group_raw_collectives
                                     UNION ALL SELECT rank FROM group_named_collectives)
         GROUP BY rank ORDER BY rank""").fetchall()
     if not counts:
-        return [(-(1 << 31), (1 << 31) - 1)]
-    batches: list[tuple[int, int]] = []
+        return [(-(1 << 31), (1 << 31) - 1, 0)]
+    batches: list[tuple[int, int, int]] = []
     first, last, held = counts[0][0], counts[0][0], 0
     for rank, n in counts:
         if held and held + n > limit:
-            batches.append((first, last))
+            batches.append((first, last, held))
             first, held = rank, 0
         held += n
         last = rank
-    batches.append((first, last))
+    batches.append((first, last, held))
     return batches
+
+
+def _names(column: np.ndarray) -> np.ndarray:
+    """A VARCHAR column as DuckDB fetches it, with None where it is NULL (not masked)."""
+    if not isinstance(column, np.ma.MaskedArray):
+        return column
+    out = np.asarray(column.data, dtype=object).copy()
+    out[np.ma.getmaskarray(column)] = None
+    return out
 
 
 def _named_view(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> None:
@@ -538,27 +577,21 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
     con = _connect(spec)
     try:
         _definition_views(spec, con)
-        # a group's rows files exist even when empty; the shuffle's outputs only where rows were
-        for view, rows, matched in (("coll_rows", f"coll_rows/{tag}_*.parquet", "instances"),
-                                    ("msg_rows", f"msg_rows/{tag}.parquet", "partners")):
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet({work.source(rows)})")
-            files = work.source(f"{matched}/*.parquet")
-            if files is not None:
-                con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS SELECT * FROM read_parquet({files})")
-            else:
-                con.execute(f"CREATE OR REPLACE TEMP VIEW {matched} AS {_NO_MATCHES[matched]}")
-        counted = con.execute("SELECT (SELECT count(*) FROM coll_rows) + (SELECT count(*) FROM msg_rows)").fetchone()
+        _finish_collectives(spec, con, tag, ranks)
+        # a group's rows file exists even when empty; the shuffle's outputs only where rows were
+        con.execute(f"CREATE OR REPLACE TEMP VIEW msg_rows AS "
+                    f"SELECT * FROM read_parquet({work.source(f'msg_rows/{tag}.parquet')})")
+        files = work.source("partners/*.parquet")
+        con.execute(f"CREATE OR REPLACE TEMP VIEW partners AS "
+                    f"{_NO_MATCHES['partners'] if files is None else f'SELECT * FROM read_parquet({files})'}")
+        counted = con.execute("SELECT count(*) FROM msg_rows").fetchone()
         if counted is not None and counted[0] <= MATERIALIZE_ROWS:
             # kept for the phase sweep, which would otherwise read them back rank by rank
-            con.execute(f"CREATE OR REPLACE TEMP TABLE collectives AS {collectives.collective_final()}")
             con.execute(f"CREATE OR REPLACE TEMP TABLE p2p AS {collectives.message_final()}")
-            store.write(con, COLLECTIVES, "SELECT * FROM collectives", tag, ranks)
             store.write(con, P2P, "SELECT * FROM p2p", tag, ranks)
         else:
-            store.write(con, COLLECTIVES, collectives.collective_final(), tag, ranks)
             store.write(con, P2P, collectives.message_final(), tag, ranks)
-            for table in (COLLECTIVES, P2P):
-                store.view(con, table, ranks, temporary=True)
+            store.view(con, P2P, ranks, temporary=True)
         candidates = work.source(f"steps_{source}/{tag}.parquet")
         store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
         con.execute(f"CREATE OR REPLACE TEMP VIEW steps AS SELECT * FROM read_parquet({candidates})")
@@ -582,6 +615,72 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
             device_phases.build_device_phases(con, emit, ranks)
     finally:
         con.close()
+
+
+def _finish_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str, ranks: list[int]) -> None:
+    """The group's ``collectives`` from its numbered rows (about a million at a time) and the
+    instances of the shuffle, and view collectives over them: in memory when they are few
+    (the phase sweep would otherwise read them back rank by rank), else over their files."""
+    instances = spec.work.source("instances/*.parquet")
+    template = collectives.final_select(spec.vocabulary)
+    kept: list[dict[str, np.ndarray]] = []
+    held = 0
+    for k, path in enumerate(sorted(spec.work.dir(COLL_ROWS).glob(f"{tag}_*.parquet"))):
+        reader = con.cursor()
+        try:
+            for rows in _slices(spec, reader, path):
+                done = collectives.final(rows, _instances_of(con, instances, rows), spec.vocabulary)
+                spec.store.write_arrays(con, COLLECTIVES, collectives.table_columns(done, spec.vocabulary),
+                                        f"{tag}_{k}_{held}", collectives.NULLABLE)
+                held += len(done["seq"])
+                if held <= MATERIALIZE_ROWS:
+                    kept.append(done)
+        finally:
+            reader.close()
+    if held <= MATERIALIZE_ROWS and kept:
+        rows = {c: np.concatenate([part[c] for part in kept]) for c in kept[0]}
+        con.register(FINISHED, rows)
+        con.execute(f"CREATE OR REPLACE TEMP VIEW collectives AS {template.format(rows=FINISHED)}")
+    else:
+        spec.store.view(con, COLLECTIVES, ranks, temporary=True)
+
+
+def _slices(spec: Spec, reader: duckdb.DuckDBPyConnection, path: Path) -> Iterator[dict[str, np.ndarray]]:
+    """The rows of a numbered rows file: whole when numpy numbered them (at most
+    COLLECTIVE_ROWS), else (SQL numbered a rank's many) a slice at a time."""
+    whole = spec.work.read_arrays(path)
+    if whole is not None:
+        yield whole
+        return
+    reader.execute(f"SELECT * FROM read_parquet({literal(path)})")
+    while not (chunk := reader.fetch_df_chunk(FINISH_VECTORS)).empty:
+        yield {c: chunk[c].to_numpy() for c in chunk.columns}
+
+
+FINISH_VECTORS = 500  # DuckDB vectors of numbered collectives finished at a time (about a million rows)
+FINISHED = "finished_collectives"  # the group's collectives in memory, registered with its DuckDB
+WANTED = "wanted_instances"  # per communicator, the range of sequence numbers a slice of rows has
+
+
+def _instances_of(con: duckdb.DuckDBPyConnection, files: str | None, rows: Mapping[str, np.ndarray],
+                  ) -> dict[str, np.ndarray]:
+    """The shuffle's instances of the communicators and sequence numbers of ``rows`` (and a few
+    more: those in the range of sequence numbers of each communicator)."""
+    columns = ("comm_id", "seq", "last_enter", "ranks_matched", "root_enter", "has_root")
+    if files is None or not len(rows["seq"]):
+        return {c: np.zeros(0, bool if c == "has_root" else np.int64) for c in columns}
+    ranges = pd.DataFrame({"comm_id": rows["comm_id"], "seq": rows["seq"]}).groupby("comm_id")["seq"].agg(
+        lo="min", hi="max").reset_index()
+    con.register(WANTED, ranges)
+    try:
+        found = con.execute(f"""
+            SELECT i.comm_id, i.seq, i.last_enter, i.ranks_matched, coalesce(i.root_enter, -1) AS root_enter,
+                   i.root_enter IS NOT NULL AS has_root
+            FROM read_parquet({files}) i JOIN {WANTED} w
+              ON i.comm_id = w.comm_id AND i.seq BETWEEN w.lo AND w.hi""").fetchnumpy()
+    finally:
+        con.unregister(WANTED)
+    return {c: np.asarray(found[c]) for c in columns}
 
 
 def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str) -> None:

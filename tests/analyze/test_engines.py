@@ -22,6 +22,7 @@ from analyze.engine.local import LocalEngine
 from analyze.schema import COLLECTIVES, REGIONS
 from analyze.tables import stages
 from tests.analyze.snapshot import snapshot
+from traceio import codec
 from tests.analyze.test_native_reader import random_spec
 from tests.conftest import ROOT
 from tests.literal import write_literal
@@ -134,20 +135,39 @@ def test_name_only_collectives(tmp_path: Path, dask_engine: object, monkeypatch:
     assert ("lbann::lbann_comm::wait", "allreduce") in {(row[name], row[op]) for row in tables["regions"]}
 
 
+def test_without_the_codec_the_tables_are_the_same(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the codec writes and reads the build's Parquet files back (numbers and, for the final
+    # tables, text); without it DuckDB does both, and every table is the same
+    run = named_run(tmp_path / "run")
+    mine = tmp_path / "mylib.toml"
+    mine.write_text('[[pattern]]\nlibrary = "mylib"\nglob = "mylib::sum_gradients"\ncategory = "allreduce"\n')
+    native = snapshot(analyze.build(run, db=tmp_path / "native.duckdb", engine=LocalEngine(2), patterns=mine,
+                                    reader="python").db)
+    monkeypatch.setattr(codec, "_native", None)
+    without = snapshot(analyze.build(run, db=tmp_path / "without.duckdb", engine=LocalEngine(2), patterns=mine,
+                                     reader="python").db)
+    assert without == native
+    assert len(native["collectives"]) == 40
+
+
+@pytest.mark.parametrize(("limit", "expected"), [
+    (5, [(0, 0, 10), (1, 1, 10), (2, 2, 10), (3, 3, 10)]),  # a rank over the limit: alone, numbered in SQL
+    (20, [(0, 1, 20), (2, 3, 20)]),  # two ranks at a time, in numpy
+])
 def test_collectives_numbered_a_few_ranks_at_a_time_give_the_same_tables(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # one group of 4 ranks, each with 10 collectives (recorded and by name): with at most 5 per
-    # query, every rank is numbered alone
+        limit: int, expected: list[tuple[int, int, int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # one group of 4 ranks, each with 10 collectives (recorded and by name)
     run = named_run(tmp_path / "run")
     mine = tmp_path / "mylib.toml"
     mine.write_text('[[pattern]]\nlibrary = "mylib"\nglob = "mylib::sum_gradients"\ncategory = "allreduce"\n')
     whole = snapshot(analyze.build(run, db=tmp_path / "whole.duckdb", engine=LocalEngine(1), patterns=mine).db)
-    batches: list[list[tuple[int, int]]] = []
+    batches: list[list[tuple[int, int, int]]] = []
     batched = stages._rank_batches
-    monkeypatch.setattr(stages, "COLLECTIVE_ROWS", 5)
+    monkeypatch.setattr(stages, "COLLECTIVE_ROWS", limit)
+    monkeypatch.setattr(stages, "FINISH_VECTORS", 1)  # SQL's rows are finished a slice at a time
     monkeypatch.setattr(stages, "_rank_batches", lambda con, limit: batches.append(batched(con, limit)) or batches[-1])
     apart = snapshot(analyze.build(run, db=tmp_path / "apart.duckdb", engine=LocalEngine(1), patterns=mine).db)
-    assert batches == [[(0, 0), (1, 1), (2, 2), (3, 3)]]
+    assert batches == [expected]
     assert apart == whole
 
 
