@@ -209,7 +209,7 @@ def final(rows: Mapping[str, np.ndarray], instances: Mapping[str, np.ndarray],
     codes: :func:`final_select` names them), given ``instances``: ``collective_match`` of every
     bucket their communicators and sequence numbers fell in, with root_enter -1 where no root
     took part (``has_root`` false)."""
-    at = _position(instances["comm_id"], instances["seq"], rows["comm_id"], rows["seq"])
+    at = position(instances["comm_id"], instances["seq"], rows["comm_id"], rows["seq"])
     if (at < 0).any():  # an instance every rank took part in was matched: never, as in SQL's join
         rows = {k: v[at >= 0] for k, v in rows.items()}
         at = at[at >= 0]
@@ -227,9 +227,9 @@ def final(rows: Mapping[str, np.ndarray], instances: Mapping[str, np.ndarray],
             "ranks_matched": np.asarray(instances["ranks_matched"], np.int64)[at]}
 
 
-def _position(comm: np.ndarray, seq: np.ndarray, want_comm: np.ndarray, want_seq: np.ndarray) -> np.ndarray:
-    """Where each (communicator, sequence number) wanted is among the given ones, which are
-    distinct; -1 where it is not."""
+def position(comm: np.ndarray, seq: np.ndarray, want_comm: np.ndarray, want_seq: np.ndarray) -> np.ndarray:
+    """Where each wanted pair of integers (a communicator and sequence number, a location and
+    interval) is among the given pairs, which are distinct; -1 where it is not."""
     if not len(seq) or not len(want_seq):
         return np.full(len(want_seq), -1, np.int64)
     lo_c = min(int(comm.min()), int(want_comm.min()))
@@ -240,6 +240,11 @@ def _position(comm: np.ndarray, seq: np.ndarray, want_comm: np.ndarray, want_seq
             pd.MultiIndex.from_arrays([want_comm, want_seq])), np.int64)
     key = (np.asarray(comm, np.int64) - lo_c) * span + (np.asarray(seq, np.int64) - lo_s)
     want = (np.asarray(want_comm, np.int64) - lo_c) * span + (np.asarray(want_seq, np.int64) - lo_s)
+    size = (max(int(comm.max()), int(want_comm.max())) - lo_c + 1) * span
+    if size <= 4 * (len(key) + len(want)) + 4096:  # dense keys (sequence numbers, intervals): a table
+        table = np.full(size, -1, np.int64)
+        table[key] = np.arange(len(key))
+        return table[want]
     order = np.argsort(key)
     at = np.searchsorted(key[order], want).clip(0, len(key) - 1)
     return np.where(key[order][at] == want, order[at], -1)
@@ -249,6 +254,9 @@ def _text(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
+# what final() adds to ROW_COLUMNS
+FINAL_COLUMNS = {"bytes": np.int64, "last_arrival_ns": np.int64, "wait_ns": np.int64, "transfer_ns": np.int64,
+                 "ranks_matched": np.int64}
 SOURCES = ("record", "name")  # collectives.source by by_name
 NULLABLE = frozenset({"region_id", "root", "bytes", "bytes_sent", "bytes_recv", "op"})  # -1 (op: no name)
 

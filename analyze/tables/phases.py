@@ -25,13 +25,14 @@ in at most one step and the phases of a step sum to its duration exactly.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import duckdb
 import numpy as np
 import pandas as pd
 
 from analyze.schema import COMPUTE_CATEGORIES, Category, Phase, Rule
+from analyze.tables.collectives import position
 from traceio import codec
 
 # Levels of the sweep.
@@ -215,30 +216,9 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
     def during(enter: str, leave: str) -> str:  # overlaps the window
         return "true" if whole else f"{leave} >= $lo AND {enter} <= $hi"
 
-    def listed(*categories: str) -> str:
-        return "(" + ", ".join(f"'{c}'" for c in categories) + ")"
-
-    comm = listed(Category.COLLECTIVE, Category.P2P)
-    kept = listed(*SEGMENT_CATEGORIES)
-    # each region's level once (the regions are few), so the intervals join on integers;
-    # a collective's op decides (a record's, or a name pattern's); regions without either
-    # go by name
+    # each region's level once (the regions are few), so the intervals join on integers
     parts = [con.execute(f"""
-        WITH levels AS (
-            SELECT region_id, r.category = '{Category.COLLECTIVE}' AS by_op,
-                   CASE
-                     WHEN r.category = '{Category.COLLECTIVE}'
-                          AND coalesce(r.pattern_op = 'allreduce',
-                                       lower(replace(r.name, '_', '')) LIKE '%allreduce%')
-                       THEN {SYNC_ALLREDUCE}
-                     WHEN r.category IN {comm} THEN {SYNC_OTHER}
-                     WHEN r.category IN {listed(Category.OVERHEAD, Category.RUNTIME)} THEN {OTHER}
-                     WHEN r.category = '{Category.WAIT}' AND r.rule = '{Rule.PATTERN}' THEN
-                       CASE WHEN r.pattern_op = 'allreduce' THEN {NAMED_WAIT_ALLREDUCE} ELSE {NAMED_WAIT_OTHER} END
-                     WHEN r.category = '{Category.WAIT}' THEN {WAIT}
-                     ELSE {COMPUTE}
-                   END AS level
-            FROM regions r WHERE r.category IN {kept}),
+        WITH levels AS ({LEVELS}),
         -- only the main threads' collectives can match a main thread's interval (is_async is
         -- exactly "not on a main thread"): most collectives run on communication lanes
         ops AS (SELECT location_id, interval_idx, any_value(op) = 'allreduce' AS allreduce FROM collectives
@@ -265,17 +245,101 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
         FROM collectives WHERE is_async AND {during('enter_ns', 'leave_ns')} AND {host}
               {where.format(rank="rank")}
     """, window).fetchnumpy())
-    # a receive waiting for a late sender
-    parts.append(con.execute(f"""
-        SELECT p.rank, p.enter_ns, p.enter_ns + p.wait_ns, {SYNC_IDLE}
-        FROM p2p p JOIN locations l USING (location_id)
-        WHERE l.is_main AND p.wait_ns > 0 AND {during('p.enter_ns', 'p.leave_ns')}
-              {where.format(rank="p.rank")}
-    """, window).fetchnumpy())
+    parts.append(receive_waits(con, where.format(rank="p.rank"), during("p.enter_ns", "p.leave_ns"), window))
     columns = ("rank", "start", "end", "level")
     return pd.DataFrame({name: np.concatenate([np.asarray(list(part.values())[i], dtype=np.int64)
                                                for part in parts])
                          for i, name in enumerate(columns)})
+
+
+def receive_waits(con: duckdb.DuckDBPyConnection, where: str = "", during: str = "true",
+                  window: Mapping[str, int] | None = None) -> dict[str, np.ndarray]:
+    """The segments of receives waiting for a late sender on main threads (view p2p as p,
+    ``where``: more conditions, ``during``: the window's)."""
+    return con.execute(f"""
+        SELECT p.rank, p.enter_ns, p.enter_ns + p.wait_ns, {SYNC_IDLE}
+        FROM p2p p JOIN locations l USING (location_id)
+        WHERE l.is_main AND p.wait_ns > 0 AND {during} {where}
+    """, dict(window or {})).fetchnumpy()
+
+
+def _listed(*categories: str) -> str:
+    return "(" + ", ".join(f"'{c}'" for c in categories) + ")"
+
+
+# Each region of SEGMENT_CATEGORIES with its level (over view regions); by_op: a collective's
+# operation decides (a record's, or a name pattern's), else (and for regions without either)
+# the level by name.
+LEVELS = f"""
+    SELECT region_id, r.category = '{Category.COLLECTIVE}' AS by_op,
+           CASE
+             WHEN r.category = '{Category.COLLECTIVE}'
+                  AND coalesce(r.pattern_op = 'allreduce', lower(replace(r.name, '_', '')) LIKE '%allreduce%')
+               THEN {SYNC_ALLREDUCE}
+             WHEN r.category IN {_listed(Category.COLLECTIVE, Category.P2P)} THEN {SYNC_OTHER}
+             WHEN r.category IN {_listed(Category.OVERHEAD, Category.RUNTIME)} THEN {OTHER}
+             WHEN r.category = '{Category.WAIT}' AND r.rule = '{Rule.PATTERN}' THEN
+               CASE WHEN r.pattern_op = 'allreduce' THEN {NAMED_WAIT_ALLREDUCE} ELSE {NAMED_WAIT_OTHER} END
+             WHEN r.category = '{Category.WAIT}' THEN {WAIT}
+             ELSE {COMPUTE}
+           END AS level
+    FROM regions r WHERE r.category IN {_listed(*SEGMENT_CATEGORIES)}
+"""
+
+
+def segments_of(intervals: Mapping[str, np.ndarray], levels: Mapping[str, np.ndarray],
+                coll: Mapping[str, np.ndarray], p2p: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """:func:`segments` of some ranks from arrays: the main threads' ``intervals``
+    (rank, location_id, idx, region_id, start_ns, end_ns), ``levels`` (:data:`LEVELS`'
+    columns), the ranks' collectives ``coll`` (rank, location_id, interval_idx, is_async,
+    enter_ns, leave_ns, wait_ns, allreduce: 1 if the op is, 0 if not, -1 if it is NULL,
+    on_device: on an accelerator stream) and the receives' waits ``p2p``
+    (:func:`receive_waits`). The build's phase stage uses it on what it holds in memory;
+    every segment is one of :func:`segments`."""
+    region = np.asarray(intervals["region_id"], np.int64)
+    order = np.argsort(levels["region_id"])
+    ids = np.asarray(levels["region_id"], np.int64)[order]
+    at = np.searchsorted(ids, region).clip(0, max(len(ids) - 1, 0))
+    kept = ids[at] == region if len(ids) else np.zeros(len(region), bool)
+    at = at[kept]
+    by_op = np.asarray(levels["by_op"], bool)[order][at]
+    level = np.asarray(levels["level"], np.int64)[order][at]
+    location, idx = intervals["location_id"][kept], intervals["idx"][kept]
+    sync = ~np.asarray(coll["is_async"], bool)
+    op = np.asarray(coll["allreduce"], np.int8)
+    # the operation of the interval performing a main thread's collective: any of them, but
+    # not NULL if one is not (as DuckDB's any_value)
+    keys_loc, keys_idx, keys_op = coll["location_id"][sync], coll["interval_idx"][sync], op[sync]
+    first = _first_of_pairs(keys_loc, keys_idx, keys_op < 0)
+    found = position(keys_loc[first], keys_idx[first], location, idx)
+    of = np.where(by_op & (found >= 0), keys_op[first][found.clip(0)] if len(first) else -1, -1)
+    level = np.where(of == 1, SYNC_ALLREDUCE, np.where(of == 0, SYNC_OTHER, level))
+    host = ~np.asarray(coll["on_device"], bool)
+    rank, enter = np.asarray(coll["rank"], np.int64), np.asarray(coll["enter_ns"], np.int64)
+    late = host & ~sync
+    parts = [
+        (intervals["rank"][kept], intervals["start_ns"][kept], intervals["end_ns"][kept], level),
+        # a collective's waiting (asynchronous ones on lanes or other threads at their own levels)
+        (rank[host], enter[host], enter[host] + np.asarray(coll["wait_ns"], np.int64)[host],
+         np.where(sync[host], SYNC_IDLE, ASYNC_IDLE)),
+        # asynchronous collectives themselves
+        (rank[late], enter[late], np.asarray(coll["leave_ns"], np.int64)[late],
+         np.where(op[late] == 1, ASYNC_ALLREDUCE, ASYNC_OTHER)),
+        tuple(p2p.values()),
+    ]
+    return pd.DataFrame({name: np.concatenate([np.asarray(part[i], np.int64) for part in parts])
+                         for i, name in enumerate(("rank", "start", "end", "level"))}, copy=False)
+
+
+def _first_of_pairs(a: np.ndarray, b: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """The index of the first row of each distinct (a, b), rows where ``last`` is true after
+    the others."""
+    if not len(a):
+        return np.zeros(0, np.int64)
+    order = np.lexsort((np.arange(len(a)), last, b, a))
+    sa, sb = a[order], b[order]
+    new = np.r_[True, (sa[1:] != sa[:-1]) | (sb[1:] != sb[:-1])]
+    return order[new]
 
 
 WINDOW_SEGMENTS = 2_000_000  # segments swept at a time: bounds memory whatever the trace size
@@ -284,15 +348,18 @@ WINDOW_SEGMENTS = 2_000_000  # segments swept at a time: bounds memory whatever 
 Emit = Callable[[int, np.ndarray, np.ndarray], None]
 
 
-def build_phases(con: duckdb.DuckDBPyConnection, emit: Emit) -> None:
+def build_phases(con: duckdb.DuckDBPyConnection, emit: Emit,
+                 segments_of_ranks: Callable[[list[int]], pd.DataFrame] | None = None) -> None:
     """Sweep the phases of every rank with steps (views intervals, steps, collectives, p2p,
     regions, locations), handing each window's totals to ``emit``.
 
     Ranks are swept together while their main threads hold about :data:`WINDOW_SEGMENTS`
     intervals in all (thousands of small ranks: a few queries, not thousands); a rank with
     more is swept alone, in windows of whole steps of about that many, so memory stays
-    bounded for long traces.
+    bounded for long traces. ``segments_of_ranks`` gives the segments of a batch of ranks
+    where a caller can do it faster than :func:`segments` (which does the windows).
     """
+    fetch = segments_of_ranks or (lambda ranks: segments(con, ranks=ranks))
     counts = dict(con.execute("""
         SELECT i.rank, count(*) FROM intervals i JOIN locations l USING (location_id)
         WHERE l.is_main GROUP BY i.rank""").fetchall())
@@ -302,7 +369,7 @@ def build_phases(con: duckdb.DuckDBPyConnection, emit: Emit) -> None:
     for rank in ranks:
         n = counts.get(rank, 0)
         if batch and held + n > WINDOW_SEGMENTS:
-            _sweep_ranks(con, batch, emit)
+            _sweep_ranks(con, batch, emit, fetch)
             batch, held = [], 0
         if n > WINDOW_SEGMENTS:
             _sweep_rank_in_windows(con, rank, n, emit)
@@ -310,7 +377,7 @@ def build_phases(con: duckdb.DuckDBPyConnection, emit: Emit) -> None:
             batch.append(rank)
             held += n
     if batch:
-        _sweep_ranks(con, batch, emit)
+        _sweep_ranks(con, batch, emit, fetch)
 
 
 def _steps_of(con: duckdb.DuckDBPyConnection, ranks: list[int]) -> dict[str, np.ndarray]:
@@ -321,9 +388,10 @@ def _steps_of(con: duckdb.DuckDBPyConnection, ranks: list[int]) -> dict[str, np.
             "start": np.asarray(st["start_ns"], np.int64), "end": np.asarray(st["end_ns"], np.int64)}
 
 
-def _sweep_ranks(con: duckdb.DuckDBPyConnection, ranks: list[int], emit: Emit) -> None:
+def _sweep_ranks(con: duckdb.DuckDBPyConnection, ranks: list[int], emit: Emit,
+                 fetch: Callable[[list[int]], pd.DataFrame]) -> None:
     st = _steps_of(con, ranks)
-    seg = segments(con, ranks=ranks)
+    seg = fetch(ranks)
     if len(ranks) > 1:
         seg = seg.sort_values("rank", kind="stable")
     seg_rank = seg["rank"].to_numpy()
@@ -350,14 +418,18 @@ def _sweep_rank_in_windows(con: duckdb.DuckDBPyConnection, rank: int, count: int
 
 
 def phase_rows(rank: int, steps: np.ndarray, totals: np.ndarray) -> dict[str, np.ndarray]:
-    """The ``phases`` rows of one window: columns rank, step, phase, duration_ns."""
+    """The ``phases`` rows of one window: columns rank, step, phase (codes into
+    :data:`PHASE_NAMES`), duration_ns."""
     n = len(steps)
     return {
         "rank": np.full(n * len(PHASES), rank, dtype=np.int32),
         "step": np.tile(np.asarray(steps, dtype=np.int32), len(PHASES)),
-        "phase": np.repeat(np.array([str(p) for p in PHASES], dtype=object), n),
+        "phase": np.repeat(np.arange(len(PHASES), dtype=np.int32), n),
         "duration_ns": totals.T.reshape(-1),
     }
+
+
+PHASE_NAMES = tuple(str(p) for p in PHASES)
 
 
 def summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:

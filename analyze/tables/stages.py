@@ -70,7 +70,7 @@ from analyze.schema import (
 from analyze.tables import collectives, device_phases, metrics, named, phases, steps
 from analyze.tables.named import Seen
 from analyze.tables.regions import classify
-from analyze.tables.store import FORMAT, WORK, Store, literal, table_of
+from analyze.tables.store import FORMAT, WORK, Codes, Store, literal, table_of
 
 GROUP_RANKS = 64  # ranks per prepare/finish task at most
 # Tasks are at most this big (in events) and, up to one per worker (read) or two (groups, so
@@ -577,7 +577,7 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
     con = _connect(spec)
     try:
         _definition_views(spec, con)
-        _finish_collectives(spec, con, tag, ranks)
+        finished = _finish_collectives(spec, con, tag, ranks)
         # a group's rows file exists even when empty; the shuffle's outputs only where rows were
         con.execute(f"CREATE OR REPLACE TEMP VIEW msg_rows AS "
                     f"SELECT * FROM read_parquet({work.source(f'msg_rows/{tag}.parquet')})")
@@ -596,7 +596,7 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
         store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
         con.execute(f"CREATE OR REPLACE TEMP VIEW steps AS SELECT * FROM read_parquet({candidates})")
         work.view(con, MAIN_INTERVALS, [number], name="intervals", temporary=True)  # all the sweep needs
-        _phases(spec, con, tag)
+        _phases(spec, con, tag, _segments_in_memory(spec, con, number, finished))
         if spec.metrics:
             work.view(con, RAW_METRICS, [number], temporary=True)
             work.view(con, CHANNELS, temporary=True)
@@ -617,10 +617,12 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
         con.close()
 
 
-def _finish_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str, ranks: list[int]) -> None:
+def _finish_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str, ranks: list[int],
+                        ) -> dict[str, np.ndarray] | None:
     """The group's ``collectives`` from its numbered rows (about a million at a time) and the
     instances of the shuffle, and view collectives over them: in memory when they are few
-    (the phase sweep would otherwise read them back rank by rank), else over their files."""
+    (the phase sweep would otherwise read them back rank by rank; returned, as
+    :func:`collectives.final` gives them), else over their files (None)."""
     instances = spec.work.source("instances/*.parquet")
     template = collectives.final_select(spec.vocabulary)
     kept: list[dict[str, np.ndarray]] = []
@@ -637,12 +639,74 @@ def _finish_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str, ra
                     kept.append(done)
         finally:
             reader.close()
-    if held <= MATERIALIZE_ROWS and kept:
-        rows = {c: np.concatenate([part[c] for part in kept]) for c in kept[0]}
-        con.register(FINISHED, rows)
-        con.execute(f"CREATE OR REPLACE TEMP VIEW collectives AS {template.format(rows=FINISHED)}")
-    else:
+    if held > MATERIALIZE_ROWS:
         spec.store.view(con, COLLECTIVES, ranks, temporary=True)
+        return None
+    rows = {c: np.concatenate([part[c] for part in kept]) for c in kept[0]} if kept else \
+        {c: np.zeros(0, t) for c, t in {**collectives.ROW_COLUMNS, **collectives.FINAL_COLUMNS}.items()}
+    con.register(FINISHED, rows)
+    con.execute(f"CREATE OR REPLACE TEMP VIEW collectives AS {template.format(rows=FINISHED)}")
+    return rows
+
+
+def _segments_in_memory(spec: Spec, con: duckdb.DuckDBPyConnection, number: int,
+                        finished: dict[str, np.ndarray] | None) -> Callable[[list[int]], pd.DataFrame] | None:
+    """The segments of some of the group's ranks (phases.segments_of) from its collectives in
+    memory and its main threads' intervals read with the codec; None (the phases' SQL) when
+    the collectives are not in memory or the codec did not write the intervals."""
+    files = sorted((spec.work.dir(MAIN_INTERVALS) / f"{MAIN_INTERVALS.partition_by}={number}").glob("*.parquet"))
+    if finished is None or (files and spec.work.read_arrays(files[0]) is None):
+        return None
+    levels = con.sql(phases.LEVELS).fetchnumpy()
+    devices = np.array([i for (i,) in con.execute(
+        "SELECT location_id FROM locations WHERE kind = 'accelerator_stream'").fetchall()], np.int64)
+    allreduce = spec.vocabulary.index("allreduce")
+    coll = {c: finished[c] for c in ("rank", "location_id", "interval_idx", "is_async", "enter_ns", "leave_ns",
+                                     "wait_ns")}
+    coll["allreduce"] = np.where(finished["op"] < 0, -1, finished["op"] == allreduce).astype(np.int8)
+    coll["on_device"] = np.isin(finished["location_id"], devices)
+    held: dict[str, np.ndarray] | None = None  # the group's intervals, when they are few
+
+    def of_ranks(ranks: list[int]) -> pd.DataFrame:
+        nonlocal held
+        wanted = np.array(ranks, np.int32)
+        if held is None:
+            parts: list[dict[str, np.ndarray]] = []
+            total = 0
+            for path in files:
+                part = spec.work.read_arrays(path)
+                assert part is not None  # the codec wrote every file of the table
+                part = {c: part[c] for c in _SEGMENT_COLUMNS}
+                total += len(part["rank"])
+                parts.append(part if total <= phases.WINDOW_SEGMENTS else _rows_of(part, wanted))
+            if total <= phases.WINDOW_SEGMENTS:  # few: kept for the group's next ranks
+                held = _concatenated(parts)
+            intervals = _rows_of(_concatenated(parts), wanted) if held is None else _rows_of(held, wanted)
+        else:
+            intervals = _rows_of(held, wanted)
+        listed = ", ".join(str(r) for r in ranks)
+        return phases.segments_of(intervals, levels, _rows_of(coll, wanted),
+                                  phases.receive_waits(con, f"AND p.rank IN ({listed})"))
+
+    return of_ranks
+
+
+def _rows_of(columns: dict[str, np.ndarray], ranks: np.ndarray) -> dict[str, np.ndarray]:
+    mine = np.isin(columns["rank"], ranks)
+    return columns if mine.all() else {c: v[mine] for c, v in columns.items()}
+
+
+def _concatenated(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return {c: np.zeros(0, t) for c, t in _SEGMENT_COLUMNS.items()}
+    return {c: np.concatenate([part[c] for part in parts]) for c in parts[0]}
+
+
+# what the segments need of the main threads' intervals
+_SEGMENT_COLUMNS = {"rank": np.int32, "location_id": np.int64, "idx": np.int64, "region_id": np.int64,
+                    "start_ns": np.int64, "end_ns": np.int64}
 
 
 def _slices(spec: Spec, reader: duckdb.DuckDBPyConnection, path: Path) -> Iterator[dict[str, np.ndarray]]:
@@ -669,8 +733,11 @@ def _instances_of(con: duckdb.DuckDBPyConnection, files: str | None, rows: Mappi
     columns = ("comm_id", "seq", "last_enter", "ranks_matched", "root_enter", "has_root")
     if files is None or not len(rows["seq"]):
         return {c: np.zeros(0, bool if c == "has_root" else np.int64) for c in columns}
-    ranges = pd.DataFrame({"comm_id": rows["comm_id"], "seq": rows["seq"]}).groupby("comm_id")["seq"].agg(
-        lo="min", hi="max").reset_index()
+    comm, seq = rows["comm_id"], rows["seq"]
+    order = np.argsort(comm, kind="stable")
+    first = np.flatnonzero(np.r_[True, comm[order][1:] != comm[order][:-1]])
+    ranges = pd.DataFrame({"comm_id": comm[order][first], "lo": np.minimum.reduceat(seq[order], first),
+                           "hi": np.maximum.reduceat(seq[order], first)})
     con.register(WANTED, ranges)
     try:
         found = con.execute(f"""
@@ -683,7 +750,8 @@ def _instances_of(con: duckdb.DuckDBPyConnection, files: str | None, rows: Mappi
     return {c: np.asarray(found[c]) for c in columns}
 
 
-def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str) -> None:
+def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str,
+            segments_of_ranks: Callable[[list[int]], pd.DataFrame] | None) -> None:
     pending: list[dict[str, np.ndarray]] = []
     held = 0
     written = 0
@@ -691,8 +759,9 @@ def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str) -> None:
     def flush() -> None:
         nonlocal pending, held, written
         if pending:
-            rows = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
-            spec.store.write_columns(con, PHASES, rows, f"{tag}w{written}")
+            rows: dict[str, np.ndarray | Codes] = {k: np.concatenate([p[k] for p in pending]) for k in pending[0]}
+            rows["phase"] = Codes(rows["phase"], phases.PHASE_NAMES)  # type: ignore[arg-type]
+            spec.store.write_arrays(con, PHASES, rows, f"{tag}w{written}")
             written += 1
         pending, held = [], 0
 
@@ -703,7 +772,7 @@ def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str) -> None:
         if held >= PHASE_ROWS:
             flush()
 
-    phases.build_phases(con, emit)
+    phases.build_phases(con, emit, segments_of_ranks)
     flush()
 
 

@@ -162,12 +162,15 @@ def test_final_gives_the_rows_of_the_sql(records: list[dict], names: list[dict],
     assert ours == old_final(con)
 
 
-@settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from([0, 3, -5, 2**61, -2**61]), st.integers(0, 2**40)), max_size=20, unique=True),
-       st.lists(st.tuples(st.sampled_from([0, 3, -5, 2**61, -2**61, 9]), st.integers(0, 2**40)), max_size=20))
-def test_instances_are_found_by_communicator_and_sequence(given_keys: list, wanted: list) -> None:
-    # a narrow range of keys is one integer; communicators far apart need the general lookup
+@settings(max_examples=150, deadline=None)
+@given(st.sampled_from([(0, 50), (0, 2**40)]), st.data())
+def test_instances_are_found_by_communicator_and_sequence(seqs: tuple[int, int], data: st.DataObject) -> None:
+    # a dense range of keys is a table, a narrow one one integer key to sort; communicators far
+    # apart need the general lookup
+    pair = st.tuples(st.sampled_from([0, 3, -5, 2**61, -2**61, 9]), st.integers(*seqs))
+    given_keys = data.draw(st.lists(pair, max_size=20, unique=True))
+    wanted = data.draw(st.lists(pair, max_size=20))
     comm, seq = (np.array([k[i] for k in given_keys], np.int64) for i in (0, 1))
     want_comm, want_seq = (np.array([k[i] for k in wanted], np.int64) for i in (0, 1))
     where = {k: i for i, k in enumerate(given_keys)}
-    assert collectives._position(comm, seq, want_comm, want_seq).tolist() == [where.get(k, -1) for k in wanted]
+    assert collectives.position(comm, seq, want_comm, want_seq).tolist() == [where.get(k, -1) for k in wanted]

@@ -22,10 +22,10 @@ from analyze.engine.local import LocalEngine
 from analyze.schema import COLLECTIVES, REGIONS
 from analyze.tables import stages
 from tests.analyze.snapshot import snapshot
-from traceio import codec
 from tests.analyze.test_native_reader import random_spec
 from tests.conftest import ROOT
 from tests.literal import write_literal
+from traceio import codec
 from traceio.otf2_writer import write_archive
 
 FIXTURES = sorted(p.parent.relative_to(ROOT / "tests" / "fixtures")
