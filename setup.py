@@ -59,7 +59,7 @@ def _extensions() -> list[Extension]:
         "traceio._otf2native",
         sources=[str(NATIVE / f) for f in ("module.c", "reader.c", "writer.c", "replay.c", "parquet.c", "parquet_read.c", "sweep.c")],
         depends=[str(NATIVE / "otf2native.h")],
-        extra_compile_args=[*cflags, "-O2", "-Wall", "-Wno-unused-parameter"],
+        extra_compile_args=[*cflags, "-O3", "-Wall", "-Wno-unused-parameter"],
         extra_link_args=ldflags,
         runtime_library_dirs=rpath,
         optional=True,  # a failed build leaves the pure-Python reader and writer
