@@ -84,6 +84,9 @@ COLLECTIVE_ROWS = 2_000_000  # collectives numbered at once at most (a rank's ow
 
 # Intermediate tables under _work/ (their rows never reach the run's database).
 COLL_ROWS = table_of("coll_rows", collectives.ROW_COLUMNS)  # files per group: g<group>_<batch>
+# the shuffle's keys of the collectives, by bucket
+ARRIVALS = table_of("arrivals", {"comm_id": np.int64, "seq": np.int64, "enter_ns": np.int64, "is_root": np.bool_,
+                                 "bucket": np.int32}, "bucket")
 # They are partitioned by group of ranks (a task's share): a group task then reads a few files,
 # not a few per rank, which for thousands of small ranks is most of its time.
 RAW_COLLECTIVES = table_of("raw_collectives", {**COLLECTIVE_COLUMNS, "rank_group": np.int32}, "rank_group")
@@ -114,13 +117,18 @@ NAMED = Table("named", "", (
     "rank_group")
 STAGE_TABLES = (INTERVALS, COLLECTIVES, P2P, STEPS, PHASES, METRICS, DEVICE_PHASES,  # written by the tasks
                 CORRELATIONS, CHROME_EVENTS, CHROME_TRACKS, CHROME_FILES)
-# what the shuffle gives when no rank had a collective (or a message) at all
+# what the shuffle gives when no rank had a collective (or a message) at all; a group's messages when it had none
 _NO_MATCHES = {
     "instances": "SELECT NULL::BIGINT AS comm_id, NULL::BIGINT AS seq, NULL::BIGINT AS last_enter, "
                  "NULL::BIGINT AS ranks_matched, NULL::BIGINT AS root_enter LIMIT 0",
     "named_collectives": "SELECT NULL::BIGINT AS location_id, NULL::INTEGER AS rank, "
                          "NULL::BIGINT AS interval_idx, NULL::BIGINT AS region_id, NULL::BIGINT AS enter_ns, "
                          "NULL::BIGINT AS leave_ns, NULL::VARCHAR AS op, NULL::BIGINT AS comm_id LIMIT 0",
+    "msg_rows": "SELECT NULL::INTEGER AS rank, NULL::BIGINT AS location_id, NULL::TINYINT AS direction, "
+                "NULL::INTEGER AS peer, NULL::BIGINT AS comm_id, NULL::BIGINT AS tag, NULL::BIGINT AS bytes, "
+                "NULL::BIGINT AS time_ns, NULL::BIGINT AS interval_idx, NULL::BIGINT AS enter_ns, "
+                "NULL::BIGINT AS leave_ns, NULL::INTEGER AS sender, NULL::INTEGER AS receiver, "
+                "NULL::BIGINT AS seq LIMIT 0",
     "partners": "SELECT NULL::TINYINT AS direction, NULL::BIGINT AS sender, NULL::BIGINT AS receiver, "
                 "NULL::BIGINT AS comm_id, NULL::BIGINT AS tag, NULL::BIGINT AS seq, "
                 "NULL::BIGINT AS partner_enter_ns LIMIT 0",
@@ -409,10 +417,12 @@ def _extents(rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 # ---- 2. prepare ----------------------------------------------------------------------------
 
+_MIX = (1, 1_000_003, 10_007, 101, 7)
+
+
 def _bucket_of(spec: Spec, *keys: str) -> str:
     """A bucket number from integer key columns (NULL counts as -1); the same on every task."""
-    mixed = " + ".join(f"coalesce({k}, -1) * {m}" for k, m in zip(keys, (1, 1_000_003, 10_007, 101, 7),
-                                                                    strict=False))
+    mixed = " + ".join(f"coalesce({k}, -1) * {m}" for k, m in zip(keys, _MIX, strict=False))
     return f"CAST(abs({mixed}) % {spec.buckets} AS INTEGER) AS bucket"
 
 
@@ -428,7 +438,6 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         work.view(con, RAW_COLLECTIVES, [number], name="group_raw_collectives", temporary=True)
         work.view(con, RAW_MESSAGES, [number], temporary=True)
         _named_view(spec, con, number)
-        collectives.create_op_names(con)
         tag = f"g{number}"
         work.dir(COLL_ROWS).mkdir(parents=True, exist_ok=True)
         main = dict(con.execute("SELECT location_id, is_main FROM locations").fetchall())
@@ -443,27 +452,32 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
                 raw = _raw_collectives(spec, con, number, lo, hi)
                 found = con.execute(f"SELECT * FROM group_named_collectives {where}").fetchnumpy()
                 found["op"] = _names(found["op"])
-                work.write_arrays(con, COLL_ROWS, collectives.number(raw, found, main, members, spec.vocabulary),
-                                  f"{tag}_{k}")
+                numbered = collectives.number(raw, found, main, members, spec.vocabulary)
+                work.write_arrays(con, COLL_ROWS, numbered, f"{tag}_{k}")
+                # the shuffle's keys, hashed as _bucket_of hashes them
+                keys = {c: numbered[c] for c in ("comm_id", "seq", "enter_ns", "is_root")}
+                keys["bucket"] = (np.abs(keys["comm_id"] + keys["seq"] * _MIX[1]) % spec.buckets).astype(np.int32)
+                work.write_arrays(con, ARRIVALS, keys, f"{tag}_{k}")
                 continue
             for view in ("raw_collectives", "named_collectives"):
                 con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM group_{view} {where}")
+            collectives.create_op_names(con)
             rows = work.dir(COLL_ROWS) / f"{tag}_{k}.parquet"
             con.execute(f"COPY ({collectives.collective_rows(spec.vocabulary)}) TO {literal(rows)} ({FORMAT})")
-        numbered = work.source(f"{COLL_ROWS.name}/{tag}_*.parquet")  # none: the group has no collectives
-        if numbered is not None:
+            pattern = literal(f"{tag}_{k}_" + "{i}")
             con.execute(f"""COPY (SELECT comm_id, seq, enter_ns, is_root, {_bucket_of(spec, 'comm_id', 'seq')}
-                                  FROM read_parquet({numbered}))
-                            TO {literal(work.root / 'arrivals')} ({FORMAT}, PARTITION_BY (bucket),
+                                  FROM read_parquet({literal(rows)}))
+                            TO {literal(work.dir(ARRIVALS))} ({FORMAT}, PARTITION_BY (bucket),
+                               FILENAME_PATTERN {pattern}, OVERWRITE_OR_IGNORE)""")
+        if work.files(RAW_MESSAGES, [number]):  # a group without messages has no message rows
+            rows = work.root / "msg_rows" / f"{tag}.parquet"
+            rows.parent.mkdir(parents=True, exist_ok=True)
+            con.execute(f"COPY ({collectives.message_rows()}) TO {literal(rows)} ({FORMAT})")
+            con.execute(f"""COPY (SELECT direction, sender, receiver, comm_id, tag, seq, enter_ns,
+                                         {_bucket_of(spec, 'sender', 'receiver', 'comm_id', 'tag', 'seq')}
+                                  FROM read_parquet({literal(rows)}))
+                            TO {literal(work.root / 'msg_keys')} ({FORMAT}, PARTITION_BY (bucket),
                                FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
-        rows = work.root / "msg_rows" / f"{tag}.parquet"
-        rows.parent.mkdir(parents=True, exist_ok=True)
-        con.execute(f"COPY ({collectives.message_rows()}) TO {literal(rows)} ({FORMAT})")
-        con.execute(f"""COPY (SELECT direction, sender, receiver, comm_id, tag, seq, enter_ns,
-                                     {_bucket_of(spec, 'sender', 'receiver', 'comm_id', 'tag', 'seq')}
-                              FROM read_parquet({work.source(f'msg_rows/{tag}.parquet')}))
-                        TO {literal(work.root / 'msg_keys')} ({FORMAT}, PARTITION_BY (bucket),
-                           FILENAME_PATTERN {literal(tag + '_{i}')}, OVERWRITE_OR_IGNORE)""")
         counts = {}
         for source in steps.SOURCES:
             if source == "region" and spec.step_region is None:
@@ -579,8 +593,9 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
         _definition_views(spec, con)
         finished = _finish_collectives(spec, con, tag, ranks)
         # a group's rows file exists even when empty; the shuffle's outputs only where rows were
-        con.execute(f"CREATE OR REPLACE TEMP VIEW msg_rows AS "
-                    f"SELECT * FROM read_parquet({work.source(f'msg_rows/{tag}.parquet')})")
+        rows = work.source(f"msg_rows/{tag}.parquet")  # none: the group has no messages
+        found = _NO_MATCHES["msg_rows"] if rows is None else f"SELECT * FROM read_parquet({rows})"
+        con.execute(f"CREATE OR REPLACE TEMP VIEW msg_rows AS {found}")
         files = work.source("partners/*.parquet")
         con.execute(f"CREATE OR REPLACE TEMP VIEW partners AS "
                     f"{_NO_MATCHES['partners'] if files is None else f'SELECT * FROM read_parquet({files})'}")
