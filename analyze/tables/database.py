@@ -201,6 +201,7 @@ def build(
     else:
         runner = engine  # type: ignore[assignment]
     try:
+        runner.everywhere(stages.warm, str(root), config.get("memory_limit"))
         with duckdb.connect(str(tmp), config=config) as con:
             _fill(con, paths, root, runner, chunk_rows, step_region, _signature(paths, options),
                   reader, config.get("memory_limit"), names)
@@ -217,6 +218,7 @@ def build(
                                "disk space beside the database for DuckDB's spill files") from None
         raise
     finally:
+        stages.settle()
         if own:
             runner.close()
     return paths
@@ -409,15 +411,18 @@ def _collect(builds: Path, keep: set[str]) -> None:
     for entry in builds.iterdir():
         if entry.name in keep or not entry.is_dir():
             continue
-        _, _, rest = entry.name.removesuffix(REMOVING).partition("-")
+        work = entry.name.endswith(stages.WORK_REMOVING)  # a build's intermediate rows
+        _, _, rest = entry.name.lstrip(".").removesuffix(stages.WORK_REMOVING if work else REMOVING).partition("-")
         owner, _, pid = rest.rpartition("-")
-        if (entry.name.endswith(REMOVING) or (entry / INSTALLED).exists()
-                or (owner == host and pid.isdigit() and not _alive(int(pid)))):
+        gone_owner = owner == host and pid.isdigit() and not _alive(int(pid))
+        if work and not gone_owner and owner == host:
+            continue  # its process is removing them
+        if entry.name.endswith(REMOVING) or (entry / INSTALLED).exists() or gone_owner:
             gone.append(entry)
     _remove(gone)
 
 
-REMOVING = ".removing"
+REMOVING = stages.REMOVING
 # A build's tables hold a folder per rank and table: removing those of thousands of ranks takes
 # tens of seconds of file system work (a millisecond per entry on our test machine), left to a
 # process of its own so that analyze returns at once.

@@ -258,14 +258,7 @@ def _connect(spec: Spec) -> duckdb.DuckDBPyConnection:
     """A cursor of this process's DuckDB for ``spec``'s build: tasks running side by side in one
     process share its memory limit, and it spills into the build's own directory."""
     with _lock:
-        con = _instances.get(spec.root)
-        if con is None:
-            spill = Path(spec.root) / WORK / f"spill-{os.uname().nodename}-{os.getpid()}"
-            config: dict[str, Any] = {"preserve_insertion_order": False, "temp_directory": str(spill)}
-            if spec.memory is not None:
-                config["memory_limit"] = spec.memory
-            con = _instances[spec.root] = duckdb.connect(config=config)
-            _threads[spec.root] = None
+        con = _instance(spec.root, spec.memory)
         if spec.threads is not None and _threads[spec.root] != spec.threads:
             # the tasks of one stage share the instance and ask for the same, so this happens
             # once per stage, before its queries
@@ -274,13 +267,59 @@ def _connect(spec: Spec) -> duckdb.DuckDBPyConnection:
         return con.cursor()
 
 
+def _instance(root: str, memory: str | None) -> duckdb.DuckDBPyConnection:
+    """This process's DuckDB for the build in ``root``, made if need be (under _lock)."""
+    con = _instances.get(root)
+    if con is None:
+        spill = Path(root) / WORK / f"spill-{os.uname().nodename}-{os.getpid()}"
+        config: dict[str, Any] = {"preserve_insertion_order": False, "temp_directory": str(spill)}
+        if memory is not None:
+            config["memory_limit"] = memory
+        con = _instances[root] = duckdb.connect(config=config)
+        _threads[root] = None
+    return con
+
+
+def warm(root: str, memory: str | None) -> None:
+    """Start making this process's DuckDB for the build in ``root`` (a tenth of the first
+    stage's time on a small trace) on a thread of its own, while the driver reads the
+    definitions; the first task that needs it waits for it."""
+
+    def make() -> None:
+        with _lock:
+            _instance(root, memory)
+
+    _in_background(make)
+
+
 def release(root: str) -> None:
-    """Close this process's DuckDB for the build in ``root`` (called when the build ends)."""
+    """Close this process's DuckDB for the build in ``root`` (called when the build ends), on a
+    thread of its own: the driver goes on with the run's views meanwhile, on an idle core."""
     with _lock:
         con = _instances.pop(root, None)
         _threads.pop(root, None)
     if con is not None:
-        con.close()
+        _in_background(con.close)
+
+
+_pending: list[threading.Thread] = []  # making DuckDB before the stages, closing and removing after
+
+
+def _in_background(fn: Callable[..., Any], *args: Any) -> None:
+    thread = threading.Thread(target=fn, args=args, name="analyze-background")
+    with _lock:  # before it starts: it may hold _lock a while
+        _pending[:] = [t for t in _pending if t.is_alive()] + [thread]  # (workers never settle)
+    thread.start()
+
+
+def settle() -> None:
+    """Wait for what :func:`release` and :func:`remove_work` left to threads of this process
+    (the driver calls it before a build returns, by when they are done)."""
+    with _lock:
+        threads = list(_pending)
+        _pending.clear()
+    for thread in threads:
+        thread.join()
 
 
 def _definition_views(spec: Spec, con: duckdb.DuckDBPyConnection) -> None:
@@ -810,5 +849,19 @@ def fill_empty(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table
 
 
 def remove_work(spec: Spec) -> None:
-    shutil.rmtree(spec.work.root, ignore_errors=True)
+    """Remove the build's intermediate rows: moved out of the build at once, beside it among
+    the builds with the suffix that marks what is being removed (an interrupted removal is
+    finished by a later build), and deleted on a thread of its own."""
+    root = Path(spec.root)
+    target = root.with_name(f".{root.name}{WORK_REMOVING}")
+    try:
+        os.rename(spec.work.root, target)
+    except OSError:
+        shutil.rmtree(spec.work.root, ignore_errors=True)
+        return
+    _in_background(shutil.rmtree, target, True)
+
+
+REMOVING = ".removing"  # the builds' folders being removed end so (analyze/tables/database.py)
+WORK_REMOVING = f".work{REMOVING}"  # and the intermediate rows a build's process is removing
 

@@ -174,6 +174,22 @@ def test_tables_of_dead_builds_are_removed_and_running_ones_kept(run: Path) -> N
     assert len(left) == 3
 
 
+def test_intermediate_rows_are_removed_beside_the_build_and_their_leftovers_collected(run: Path) -> None:
+    # a build removes its intermediate rows on a thread of its own, moved beside it first; it
+    # is done when the build returns. What a killed process left is collected; what a running
+    # one is removing is left to it
+    host = socket.gethostname()
+    (run / ".tables").mkdir()
+    dead = run / ".tables" / f".18e000000000000-{host}-{2**22 + 12345}.work.removing"
+    running = run / ".tables" / f".18e000000000001-{host}-{os.getpid()}.work.removing"
+    for d in (dead, running):
+        (d / "raw_collectives").mkdir(parents=True)
+    database.build(run)
+    left = builds(run)
+    assert dead.name not in left and running.name in left
+    assert len(left) == 2 and not (run / "tables" / "_work").exists()
+
+
 def test_a_failed_build_keeps_the_previous_tables(run: Path) -> None:
     database.build(run)
     good = builds(run)
