@@ -274,8 +274,9 @@ static size_t gather(Col *c, size_t a, size_t rows, int64_t *scratch) {
 }
 
 /* One column chunk (page header + page) of rows [a, b) into ``out``; sets offset and size. */
-static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scratch) {
-    Buf page = {0};
+static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scratch, Buf *scratch_page) {
+    Buf page = *scratch_page; /* one buffer for every column: its pages are touched once */
+    page.n = 0;
     size_t widest = 0;
     for (Py_ssize_t k = 0; k < c->ntext; k++)
         widest = (size_t)c->text_len[k] > widest ? (size_t)c->text_len[k] : widest;
@@ -342,7 +343,7 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
     put(out, page.p, page.n);
     out->failed |= page.failed;
     c->size = (int64_t)out->n - c->offset;
-    free(page.p);
+    *scratch_page = page;
 }
 
 static int physical(const Col *c) {
@@ -365,12 +366,14 @@ static void stat_value(Thrift *t, int16_t id, const Col *c, int64_t v) {
 static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *created_by) {
     int64_t *scratch = malloc((rows < ROW_GROUP ? rows : ROW_GROUP) * sizeof(int64_t) + 8);
     size_t groups = rows ? (rows + ROW_GROUP - 1) / ROW_GROUP : 0;
-    Buf meta = {0};
+    Buf meta = {0}, page = {0};
     Thrift t = {&meta, {0}, 0};
     if (scratch == NULL) {
         out->failed = 1;
         return;
     }
+    size_t guess = rows * (size_t)ncol * 5 + 4096; /* most files fit: no copies while growing */
+    reserve(out, guess < ((size_t)256 << 20) ? guess : ((size_t)256 << 20));
     put(out, "PAR1", 4);
     t_i32(&t, 1, 1); /* version */
     t_list(&t, 2, TC_STRUCT, (size_t)ncol + 1);
@@ -396,7 +399,7 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
         t_list(&t, 1, TC_STRUCT, (size_t)ncol);
         for (int k = 0; k < ncol; k++) {
             Col *c = &cols[k];
-            column_chunk(out, c, a, n, scratch);
+            column_chunk(out, c, a, n, scratch, &page);
             total += c->size;
             begin(&t); /* ColumnChunk */
             t_i64(&t, 2, c->offset);
@@ -446,6 +449,8 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
     put(out, "PAR1", 4);
     out->failed |= meta.failed;
     free(meta.p);
+    out->failed |= page.failed;
+    free(page.p);
     free(scratch);
 }
 
