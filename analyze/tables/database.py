@@ -257,6 +257,7 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
     _write(con, store, DEFINITIONS)  # the stages read these
     stats, source, read_s, channels = _run_stages(engine, paths, store, defs, used, chunk_rows, step_region,
                                                   memory, con, categories)
+    stages.fill_empty(con, store, stages.STAGE_TABLES)  # first: each view is made once
     for table in stages.STAGE_TABLES:
         store.view(con, table)
     for table in DEFINITIONS:  # as written for the stages
