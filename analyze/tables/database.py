@@ -192,6 +192,8 @@ def build(
     root = paths.builds / build_id
     tmp = paths.db.with_name(f".{paths.db.name}.tmp-{build_id}")
     tmp.unlink(missing_ok=True)
+    # the builds this one's install would remove go now, while the driver reads definitions
+    stages.in_background(_collect_replaced, paths, root)
     config = _build_config()
     own = engine is None or isinstance(engine, str) or not hasattr(engine, "run")
     if engine is None or isinstance(engine, str):
@@ -397,6 +399,15 @@ def _install(paths: RunPaths, tmp_db: Path, root: Path) -> None:
 
 
 INSTALLED = ".installed"  # in a build's folder once a database has viewed it
+
+
+def _collect_replaced(paths: RunPaths, root: Path) -> None:
+    """What installing ``root`` would remove (the build the installed one replaced, leftovers),
+    under the build lock: the installed build stays, and a build another process installs
+    meanwhile waits for the lock."""
+    with _locked(paths.builds / "lock"):
+        current = paths.tables.resolve() if paths.tables.is_symlink() else None
+        _collect(paths.builds, {root.name} | ({current.name} if current is not None else set()))
 
 
 def _check_link(paths: RunPaths) -> None:

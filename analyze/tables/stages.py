@@ -289,7 +289,7 @@ def warm(root: str, memory: str | None) -> None:
         with _lock:
             _instance(root, memory)
 
-    _in_background(make)
+    in_background(make)
 
 
 def release(root: str) -> None:
@@ -299,13 +299,14 @@ def release(root: str) -> None:
         con = _instances.pop(root, None)
         _threads.pop(root, None)
     if con is not None:
-        _in_background(con.close)
+        in_background(con.close)
 
 
 _pending: list[threading.Thread] = []  # making DuckDB before the stages, closing and removing after
 
 
-def _in_background(fn: Callable[..., Any], *args: Any) -> None:
+def in_background(fn: Callable[..., Any], *args: Any) -> None:
+    """Run ``fn(*args)`` on a thread of its own, waited for by :func:`settle`."""
     thread = threading.Thread(target=fn, args=args, name="analyze-background")
     with _lock:  # before it starts: it may hold _lock a while
         _pending[:] = [t for t in _pending if t.is_alive()] + [thread]  # (workers never settle)
@@ -859,7 +860,7 @@ def remove_work(spec: Spec) -> None:
     except OSError:
         shutil.rmtree(spec.work.root, ignore_errors=True)
         return
-    _in_background(shutil.rmtree, target, True)
+    in_background(shutil.rmtree, target, True)
 
 
 REMOVING = ".removing"  # the builds' folders being removed end so (analyze/tables/database.py)
