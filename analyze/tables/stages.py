@@ -83,15 +83,16 @@ MATERIALIZE_ROWS = 2_000_000  # a group's collectives and messages held in memor
 COLLECTIVE_ROWS = 2_000_000  # collectives numbered at once at most (a rank's own: all of them, in SQL)
 
 # Intermediate tables under _work/ (their rows never reach the run's database).
-COLL_ROWS = table_of("coll_rows", collectives.ROW_COLUMNS)  # files per group: g<group>_<batch>
-# the shuffle's keys of the collectives, by bucket
-ARRIVALS = table_of("arrivals", {"comm_id": np.int64, "seq": np.int64, "enter_ns": np.int64, "is_root": np.bool_,
-                                 "bucket": np.int32}, "bucket")
 # They are partitioned by group of ranks (a task's share): a group task then reads a few files,
 # not a few per rank, which for thousands of small ranks is most of its time.
 RAW_COLLECTIVES = table_of("raw_collectives", {**COLLECTIVE_COLUMNS, "rank_group": np.int32}, "rank_group")
 RAW_MESSAGES = table_of("raw_messages", {**MESSAGE_COLUMNS, "rank_group": np.int32}, "rank_group")
 RAW_METRICS = table_of("raw_metrics", {**METRIC_COLUMNS, "rank_group": np.int32}, "rank_group")
+# the numbered collectives (files per group and batch of ranks: g<group>_<batch>), and their keys
+# for the shuffle, by bucket
+COLL_ROWS = table_of("coll_rows", collectives.ROW_COLUMNS)
+ARRIVALS = table_of("arrivals", {"comm_id": np.int64, "seq": np.int64, "enter_ns": np.int64, "is_root": np.bool_,
+                                 "bucket": np.int32}, "bucket")
 # what the finish tasks need of the metric channels (metrics.channels: from the whole trace)
 CHANNELS = table_of("channel_rows", {"channel_id": np.int64, "metric_id": np.int64, "member_index": np.int32,
                                      "name": object, "unit": object, "mode": object, "scale": np.float64})
@@ -281,9 +282,9 @@ def _instance(root: str, memory: str | None) -> duckdb.DuckDBPyConnection:
 
 
 def warm(root: str, memory: str | None) -> None:
-    """Start making this process's DuckDB for the build in ``root`` (a tenth of the first
-    stage's time on a small trace) on a thread of its own, while the driver reads the
-    definitions; the first task that needs it waits for it."""
+    """Start making this process's DuckDB for the build in ``root`` (about 20 ms) on a thread
+    of its own, while the driver reads the definitions; the first task that needs it waits
+    for it."""
 
     def make() -> None:
         with _lock:
@@ -314,8 +315,9 @@ def in_background(fn: Callable[..., Any], *args: Any) -> None:
 
 
 def settle() -> None:
-    """Wait for what :func:`release` and :func:`remove_work` left to threads of this process
-    (the driver calls it before a build returns, by when they are done)."""
+    """Wait for the threads :func:`in_background` started in this process (making and closing
+    DuckDB, removing files; the driver calls it before a build returns, by when they are
+    done)."""
     with _lock:
         threads = list(_pending)
         _pending.clear()
@@ -544,7 +546,9 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
 def _raw_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, number: int, lo: int, hi: int,
                      ) -> dict[str, np.ndarray]:
     """The raw collective records of ranks ``lo`` to ``hi`` of group ``number``, read by the
-    codec (DuckDB's view group_raw_collectives where it did not write them)."""
+    codec (DuckDB's view group_raw_collectives where it did not write them). A read task's
+    file holds several ranks, so a group numbered in several batches reads its files again
+    for each."""
     files = sorted((spec.work.dir(RAW_COLLECTIVES) / f"{RAW_COLLECTIVES.partition_by}={number}").glob("*.parquet"))
     parts = [spec.work.read_arrays(f) for f in files]
     if any(part is None for part in parts):
