@@ -205,8 +205,13 @@ def build(
     try:
         runner.everywhere(stages.warm, str(root), config.get("memory_limit"))
         with duckdb.connect(str(tmp), config=config) as con:
+            # one transaction: the driver's hundred-odd statements (tables, views, small
+            # inserts) commit once, not each on its own (0.4 ms less each); nothing else reads
+            # this database before it is installed
+            con.execute("BEGIN TRANSACTION")
             _fill(con, paths, root, runner, chunk_rows, step_region, _signature(paths, options),
                   reader, config.get("memory_limit"), names)
+            con.execute("COMMIT")
             if causes:
                 _fill_causes(con)
         _install(paths, tmp, root)
