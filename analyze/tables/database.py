@@ -225,6 +225,7 @@ def build(
                                "disk space beside the database for DuckDB's spill files") from None
         raise
     finally:
+        runner.everywhere(stages.release, str(root))  # (made before the stages: also when they did not run)
         stages.settle()
         if own:
             runner.close()

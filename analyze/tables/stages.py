@@ -311,7 +311,12 @@ def in_background(fn: Callable[..., Any], *args: Any) -> None:
     thread = threading.Thread(target=fn, args=args, name="analyze-background")
     with _lock:  # before it starts: it may hold _lock a while
         _pending[:] = [t for t in _pending if t.is_alive()] + [thread]  # (workers never settle)
-    thread.start()
+    try:
+        thread.start()
+    except RuntimeError:  # no thread to be had (a process at its memory limit): do it here
+        with _lock:
+            _pending.remove(thread)
+        fn(*args)
 
 
 def settle() -> None:
