@@ -113,8 +113,9 @@ def test_the_reader_declines_what_it_did_not_write(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("n", [0, 1, 1000, 1_000_001])
 def test_text_columns(n: int, tmp_path: Path) -> None:
-    # text as codes into names: what DuckDB reads is the names, NULL where a nullable code is
-    # negative; no min/max statistics (only the null count)
+    # text as codes into names (a dictionary page of the names, then the codes): what DuckDB
+    # reads is the names, NULL where a nullable code is negative; no min/max statistics (only
+    # the null count)
     names = ("allreduce", "", "héllo 'wörld'", "x" * 300)
     rng = np.random.default_rng(n)
     codes = rng.integers(-1, len(names), n).astype(np.int32)
@@ -131,6 +132,9 @@ def test_text_columns(n: int, tmp_path: Path) -> None:
         stats = con.execute(f"select sum(stats_null_count), max(stats_min_value) from parquet_metadata('{path}') "
                             "where path_in_schema = 'op'").fetchone()
         assert stats == (int((codes < 0).sum()), None)
+        encodings = con.execute(f"select distinct encodings from parquet_metadata('{path}') "
+                                "where path_in_schema = 'op'").fetchall()
+        assert encodings == [("PLAIN, RLE_DICTIONARY, RLE",)]
     assert codec.native().read_parquet(str(path), "dltrace") is None  # the reader reads numbers only
 
 

@@ -4,8 +4,9 @@
  * columns, up to half a million rows): flat schema, one row group per million rows, one
  * data page per column chunk, no compression. Integers are DELTA_BINARY_PACKED (Parquet 2:
  * times, indices and ids that change a little from row to row take a few bits each),
- * booleans PLAIN (one bit each); a column may map negative values to NULL (definition levels,
- * RLE/bit-packed hybrid). Row-group statistics (min, max, null count) let readers skip row
+ * booleans PLAIN (one bit each), text (given as codes into a tuple of names) RLE_DICTIONARY
+ * after a dictionary page of the names; a column may map negative values to NULL (definition
+ * levels, RLE/bit-packed hybrid). Row-group statistics (min, max, null count) let readers skip row
  * groups. Metadata is Thrift's compact protocol. The format: https://parquet.apache.org/docs/
  * (file format, encodings, parquet.thrift); every file is read back by DuckDB in the tests.
  */
@@ -25,7 +26,7 @@ enum { K_INT64, K_INT32, K_BOOL, K_TEXT };
 /* Parquet enums */
 enum { T_BOOLEAN = 0, T_INT32 = 1, T_INT64 = 2, T_BYTE_ARRAY = 6 };
 enum { UTF8 = 0 }; /* ConvertedType */
-enum { E_PLAIN = 0, E_RLE = 3, E_DELTA = 5 };
+enum { E_PLAIN = 0, E_RLE = 3, E_DELTA = 5, E_RLE_DICTIONARY = 8 };
 
 typedef struct {
     uint8_t *p;
@@ -214,7 +215,7 @@ typedef struct {
     const Py_ssize_t *text_len;
     Py_ssize_t ntext;
     /* per row group, filled while encoding */
-    int64_t offset, size, nulls, min, max;
+    int64_t start, offset, dictionary, size, nulls, min, max; /* chunk, data page, dictionary page */
     int has_stats;
 } Col;
 
@@ -307,11 +308,27 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
         page.failed |= levels.failed;
         free(levels.p);
     }
-    if (c->kind == K_TEXT) { /* PLAIN byte arrays: a 4-byte length, then the bytes */
-        for (size_t i = 0; i < n; i++) {
-            uint32_t len = (uint32_t)c->text_len[scratch[i]];
-            put(&page, &len, 4);
-            put(&page, c->text[scratch[i]], len);
+    if (c->kind == K_TEXT) {
+        /* RLE_DICTIONARY: the codes, bit-packed in one run of groups of 8 after their width */
+        int w = width((uint64_t)(c->ntext > 1 ? c->ntext - 1 : 1));
+        size_t groups = (n + 7) / 8;
+        put_byte(&page, (uint8_t)w);
+        put_varint(&page, (uint64_t)groups << 1 | 1);
+        reserve(&page, groups * (size_t)w + 8);
+        if (!page.failed) {
+            uint8_t *o = page.p + page.n;
+            uint64_t acc = 0;
+            int bits = 0;
+            for (size_t i = 0; i < groups * 8; i++) {
+                acc |= (uint64_t)(i < n ? scratch[i] : 0) << bits;
+                bits += w;
+                while (bits >= 8) {
+                    *o++ = (uint8_t)acc;
+                    acc >>= 8;
+                    bits -= 8;
+                }
+            }
+            page.n += groups * (size_t)w; /* 8 values of w bits: w bytes a group, nothing left over */
         }
     } else if (c->kind == K_BOOL) {
         size_t bytes = (n + 7) / 8;
@@ -329,20 +346,42 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
         delta_encode(&page, scratch, n, c->kind == K_INT32);
     }
     Thrift t = {out, {0}, 0};
+    c->start = (int64_t)out->n;
+    if (c->kind == K_TEXT) { /* the dictionary page first: every name, PLAIN */
+        Buf names = {0};
+        for (Py_ssize_t k = 0; k < c->ntext; k++) {
+            uint32_t len = (uint32_t)c->text_len[k];
+            put(&names, &len, 4);
+            put(&names, c->text[k], len);
+        }
+        c->dictionary = (int64_t)out->n;
+        t_i32(&t, 1, 2); /* DICTIONARY_PAGE */
+        t_i32(&t, 2, (int32_t)names.n);
+        t_i32(&t, 3, (int32_t)names.n);
+        t_struct(&t, 7);
+        t_i32(&t, 1, (int32_t)c->ntext);
+        t_i32(&t, 2, E_PLAIN);
+        end(&t);
+        put_byte(out, 0);
+        put(out, names.p, names.n);
+        out->failed |= names.failed;
+        free(names.p);
+        t.last[0] = 0; /* a new PageHeader */
+    }
     c->offset = (int64_t)out->n;
     t_i32(&t, 1, 0); /* DATA_PAGE */
     t_i32(&t, 2, (int32_t)page.n);
     t_i32(&t, 3, (int32_t)page.n);
     t_struct(&t, 5);
     t_i32(&t, 1, (int32_t)rows);
-    t_i32(&t, 2, c->kind == K_BOOL || c->kind == K_TEXT ? E_PLAIN : E_DELTA);
+    t_i32(&t, 2, c->kind == K_BOOL ? E_PLAIN : c->kind == K_TEXT ? E_RLE_DICTIONARY : E_DELTA);
     t_i32(&t, 3, E_RLE);
     t_i32(&t, 4, E_RLE);
     end(&t);
     put_byte(out, 0);
     put(out, page.p, page.n);
     out->failed |= page.failed;
-    c->size = (int64_t)out->n - c->offset;
+    c->size = (int64_t)out->n - c->start;
     *scratch_page = page;
 }
 
@@ -402,13 +441,15 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
             column_chunk(out, c, a, n, scratch, &page);
             total += c->size;
             begin(&t); /* ColumnChunk */
-            t_i64(&t, 2, c->offset);
+            t_i64(&t, 2, c->start);
             t_struct(&t, 3); /* ColumnMetaData */
             t_i32(&t, 1, physical(c));
-            int enc = c->kind == K_BOOL || c->kind == K_TEXT ? E_PLAIN : E_DELTA;
-            t_list(&t, 2, TC_I32, c->null_below_zero ? 2 : 1);
+            int text = c->kind == K_TEXT, enc = c->kind == K_BOOL || text ? E_PLAIN : E_DELTA;
+            t_list(&t, 2, TC_I32, (size_t)(1 + text + (c->null_below_zero || text)));
             put_varint(&meta, zigzag(enc));
-            if (c->null_below_zero)
+            if (text)
+                put_varint(&meta, zigzag(E_RLE_DICTIONARY));
+            if (c->null_below_zero || text)
                 put_varint(&meta, zigzag(E_RLE));
             t_list(&t, 3, TC_BINARY, 1);
             put_varint(&meta, strlen(c->name));
@@ -418,6 +459,8 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
             t_i64(&t, 6, c->size);
             t_i64(&t, 7, c->size);
             t_i64(&t, 9, c->offset);
+            if (text)
+                t_i64(&t, 11, c->dictionary);
             t_struct(&t, 12); /* Statistics */
             t_i64(&t, 3, c->nulls);
             if (c->has_stats) {
