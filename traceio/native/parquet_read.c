@@ -350,16 +350,17 @@ static int delta_decode(In *in, int64_t *out, int64_t n, int wrap32) {
     return 0;
 }
 
-/* One column's page at ``at`` of ``rows`` rows into ``dst`` (element ``item`` bytes). */
-static int read_page(const uint8_t *file, size_t size, size_t at, const Schema *s, int64_t rows, char *dst,
+/* One column's page at ``*at`` of ``rows`` rows into ``dst``; ``*at`` moves past it. */
+static int read_page(const uint8_t *file, size_t size, size_t *at, const Schema *s, int64_t rows, char *dst,
                      int64_t *scratch, uint8_t *def) {
-    if (at >= size)
+    if (*at >= size)
         return -1;
-    In in = {file + at, file + size, 0};
+    In in = {file + *at, file + size, 0};
     int64_t values;
     int64_t page = page_header(&in, s->type, s->optional, &values);
     if (page < 0 || values != rows || page > in.end - in.p)
         return -1;
+    *at = (size_t)(in.p - file) + (size_t)page; /* the next page */
     In body = {in.p, in.p + page, 0};
     int64_t present = rows;
     if (s->optional) {
@@ -422,19 +423,10 @@ static int decode(const uint8_t *file, size_t size, size_t meta_start, const Foo
             rc = -2;
             break;
         }
-        for (int k = 0; k < f->ncol && rc == 0; k++) {
-            In hdr = {file + at, file + meta_start, 0};
-            int64_t values;
-            int64_t page = page_header(&hdr, f->col[k].type, f->col[k].optional, &values);
-            if (page < 0 || page > hdr.end - hdr.p) {
-                rc = -1;
-                break;
-            }
-            if (read_page(file, meta_start, at, &f->col[k], rows, dst[k] + (size_t)done * item[f->col[k].type],
+        for (int k = 0; k < f->ncol && rc == 0; k++)
+            if (read_page(file, meta_start, &at, &f->col[k], rows, dst[k] + (size_t)done * item[f->col[k].type],
                           scratch, def) < 0)
                 rc = -1;
-            at = (size_t)(hdr.p - file) + (size_t)page;
-        }
         done += rows;
     }
     free(scratch);
