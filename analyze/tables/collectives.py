@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 from otf2.enums import CollectiveOp
 
-from analyze.tables.store import Codes
+from analyze.tables.store import Codes, literal
 
 # Collective records that do not move data: communicator and window bookkeeping.
 NOT_DATA = ("create_handle", "destroy_handle", "allocate", "deallocate",
@@ -78,7 +78,7 @@ def collective_rows(vocabulary: tuple[str, ...]) -> str:
     """:data:`ROW_COLUMNS` in SQL, as :func:`number` gives them (over views raw_collectives,
     named_collectives, locations, communicators and the table op_names): for a rank whose
     collectives are too many for memory."""
-    codes = ", ".join(f"({i}, {_text(name)})" for i, name in enumerate(vocabulary))
+    codes = ", ".join(f"({i}, {literal(name)})" for i, name in enumerate(vocabulary))
     return f"""
         WITH vocabulary(code, name) AS (VALUES {codes}),
         rc AS (
@@ -235,12 +235,12 @@ def position(comm: np.ndarray, seq: np.ndarray, want_comm: np.ndarray, want_seq:
     lo_c = min(int(comm.min()), int(want_comm.min()))
     lo_s = min(int(seq.min()), int(want_seq.min()))
     span = max(int(seq.max()), int(want_seq.max())) - lo_s + 1
-    if (max(int(comm.max()), int(want_comm.max())) - lo_c + 1) * span >= 1 << 62:  # no one integer key
+    size = (max(int(comm.max()), int(want_comm.max())) - lo_c + 1) * span  # of the keys' range
+    if size >= 1 << 62:  # no one integer key
         return np.asarray(pd.MultiIndex.from_arrays([comm, seq]).get_indexer(
             pd.MultiIndex.from_arrays([want_comm, want_seq])), np.int64)
     key = (np.asarray(comm, np.int64) - lo_c) * span + (np.asarray(seq, np.int64) - lo_s)
     want = (np.asarray(want_comm, np.int64) - lo_c) * span + (np.asarray(want_seq, np.int64) - lo_s)
-    size = (max(int(comm.max()), int(want_comm.max())) - lo_c + 1) * span
     if size <= 4 * (len(key) + len(want)) + 4096:  # dense keys (sequence numbers, intervals): a table
         table = np.full(size, -1, np.int64)
         table[key] = np.arange(len(key))
@@ -248,10 +248,6 @@ def position(comm: np.ndarray, seq: np.ndarray, want_comm: np.ndarray, want_seq:
     order = np.argsort(key)
     at = np.searchsorted(key[order], want).clip(0, len(key) - 1)
     return np.where(key[order][at] == want, order[at], -1)
-
-
-def _text(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
 
 
 # what final() adds to ROW_COLUMNS
@@ -270,7 +266,7 @@ def table_columns(done: Mapping[str, np.ndarray], vocabulary: tuple[str, ...]) -
 def final_select(vocabulary: tuple[str, ...]) -> str:
     """The ``collectives`` columns of :func:`final`'s arrays, as a template whose ``{rows}``
     names them (``str.format``)."""
-    names = "[" + ", ".join(_text(name) for name in vocabulary) + "]"
+    names = "[" + ", ".join(literal(name) for name in vocabulary) + "]"
     names = names.replace("{", "{{").replace("}", "}}")
     null = {c: f"CASE WHEN {c} < 0 THEN NULL ELSE {c} END" for c in
             ("region_id", "root", "bytes", "bytes_sent", "bytes_recv")}
