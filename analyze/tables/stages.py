@@ -473,6 +473,12 @@ def _bucket_of(spec: Spec, *keys: str) -> str:
     return f"CAST(abs({mixed}) % {spec.buckets} AS INTEGER) AS bucket"
 
 
+def _buckets(spec: Spec, comm_id: np.ndarray, seq: np.ndarray) -> np.ndarray:
+    """The buckets of collectives' keys, as :func:`_bucket_of` gives them for ('comm_id', 'seq')
+    (ranks numbered in SQL and in numpy meet in the same buckets)."""
+    return (np.abs(comm_id * _MIX[0] + seq * _MIX[1]) % spec.buckets).astype(np.int32)
+
+
 def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
     """Per rank of the group: collective instances and messages with their sequence numbers,
     their matching keys hashed into buckets, and the candidate steps; returns how many steps
@@ -501,9 +507,8 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
                 found["op"] = _names(found["op"])
                 numbered = collectives.number(raw, found, main, members, spec.vocabulary)
                 work.write_arrays(con, COLL_ROWS, numbered, f"{tag}_{k}")
-                # the shuffle's keys, hashed as _bucket_of hashes them
                 keys = {c: numbered[c] for c in ("comm_id", "seq", "enter_ns", "is_root")}
-                keys["bucket"] = (np.abs(keys["comm_id"] + keys["seq"] * _MIX[1]) % spec.buckets).astype(np.int32)
+                keys["bucket"] = _buckets(spec, keys["comm_id"], keys["seq"])
                 work.write_arrays(con, ARRIVALS, keys, f"{tag}_{k}")
                 continue
             for view in ("raw_collectives", "named_collectives"):
@@ -717,10 +722,11 @@ def _segments_in_memory(spec: Spec, con: duckdb.DuckDBPyConnection, number: int,
                         finished: dict[str, np.ndarray] | None) -> Callable[[list[int]], pd.DataFrame] | None:
     """The segments of some of the group's ranks (phases.segments_of) from its collectives in
     memory and its main threads' intervals read with the codec; None (the phases' SQL) when
-    the collectives are not in memory or the codec did not write the intervals."""
-    files = sorted((spec.work.dir(MAIN_INTERVALS) / f"{MAIN_INTERVALS.partition_by}={number}").glob("*.parquet"))
-    if finished is None or (files and spec.work.read_arrays(files[0]) is None):
+    the collectives are not in memory, and the SQL's segments where the codec did not write
+    the intervals."""
+    if finished is None:
         return None
+    files = sorted((spec.work.dir(MAIN_INTERVALS) / f"{MAIN_INTERVALS.partition_by}={number}").glob("*.parquet"))
     levels = con.sql(phases.LEVELS).fetchnumpy()
     devices = np.array([i for (i,) in con.execute(
         "SELECT location_id FROM locations WHERE kind = 'accelerator_stream'").fetchall()], np.int64)
@@ -734,22 +740,22 @@ def _segments_in_memory(spec: Spec, con: duckdb.DuckDBPyConnection, number: int,
     def of_ranks(ranks: list[int]) -> pd.DataFrame:
         nonlocal held
         wanted = np.array(ranks, np.int32)
-        if held is None:
+        found = held
+        if found is None:
             parts: list[dict[str, np.ndarray]] = []
             total = 0
             for path in files:
                 part = spec.work.read_arrays(path)
-                assert part is not None  # the codec wrote every file of the table
+                if part is None:  # DuckDB wrote them (no codec)
+                    return phases.segments(con, ranks=ranks)
                 part = {c: part[c] for c in _SEGMENT_COLUMNS}
                 total += len(part["rank"])
                 parts.append(part if total <= phases.WINDOW_SEGMENTS else _rows_of(part, wanted))
+            found = _concatenated(parts)
             if total <= phases.WINDOW_SEGMENTS:  # few: kept for the group's next ranks
-                held = _concatenated(parts)
-            intervals = _rows_of(_concatenated(parts), wanted) if held is None else _rows_of(held, wanted)
-        else:
-            intervals = _rows_of(held, wanted)
+                held = found
         listed = ", ".join(str(r) for r in ranks)
-        return phases.segments_of(intervals, levels, _rows_of(coll, wanted),
+        return phases.segments_of(_rows_of(found, wanted), levels, _rows_of(coll, wanted),
                                   phases.receive_waits(con, f"AND p.rank IN ({listed})"))
 
     return of_ranks

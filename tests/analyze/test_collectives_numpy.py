@@ -174,3 +174,18 @@ def test_instances_are_found_by_communicator_and_sequence(seqs: tuple[int, int],
     want_comm, want_seq = (np.array([k[i] for k in wanted], np.int64) for i in (0, 1))
     where = {k: i for i, k in enumerate(given_keys)}
     assert collectives.position(comm, seq, want_comm, want_seq).tolist() == [where.get(k, -1) for k in wanted]
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(-2**20, 2**20), st.integers(0, 2**40)), min_size=1, max_size=30),
+       st.integers(1, 64))
+def test_keys_hashed_in_numpy_meet_those_hashed_in_sql(keys: list[tuple[int, int]], buckets: int) -> None:
+    # a group numbered in numpy and another in SQL send the same instance to the same bucket
+    from analyze.tables import stages
+
+    spec = stages.Spec(anchor="", root="", reader="native", global_offset=0, resolution=1, buckets=buckets)
+    comm, seq = (np.array([k[i] for k in keys], np.int64) for i in (0, 1))
+    con = duckdb.connect()
+    con.register("keys", {"comm_id": comm, "seq": seq})
+    sql = con.execute(f"SELECT {stages._bucket_of(spec, 'comm_id', 'seq')} FROM keys").fetchnumpy()["bucket"]
+    assert stages._buckets(spec, comm, seq).tolist() == np.asarray(sql).tolist()
