@@ -278,10 +278,7 @@ static size_t gather(Col *c, size_t a, size_t rows, int64_t *scratch) {
 static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scratch, Buf *scratch_page) {
     Buf page = *scratch_page; /* one buffer for every column: its pages are touched once */
     page.n = 0;
-    size_t widest = 0;
-    for (Py_ssize_t k = 0; k < c->ntext; k++)
-        widest = (size_t)c->text_len[k] > widest ? (size_t)c->text_len[k] : widest;
-    reserve(&page, rows * (9 + widest) + rows / 8 + 64); /* at most: values, levels, headers */
+    reserve(&page, rows * 9 + rows / 8 + 64); /* at most: values, levels, headers */
     size_t n = gather(c, a, rows, scratch);
     if (c->null_below_zero) {
         /* definition levels (bit width 1), as a 4-byte length and the RLE/bit-packed hybrid:
