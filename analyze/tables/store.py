@@ -222,7 +222,7 @@ class Store:
         found = read(str(path), CREATED_BY) if read is not None else None
         if found is None:
             return None
-        return {name: np.frombuffer(data, _NUMPY[kind]) for name, kind, data in found}
+        return {name: np.frombuffer(data, np.dtype(kind)) for name, kind, data in found}  # int64, int32, bool
 
     def prepare(self, table: Table, parts: Iterable[int]) -> None:
         """Create the partition directories up front: writers in several processes then never
@@ -235,7 +235,6 @@ class Store:
 
 
 _DTYPES = {"BIGINT": np.int64, "INTEGER": np.int32, "BOOLEAN": np.bool_}
-_NUMPY = {"int64": np.int64, "int32": np.int32, "bool": np.bool_}
 CREATED_BY = "dltrace"  # the codec's Parquet files say so, and it reads back only those
 
 
