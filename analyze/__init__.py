@@ -13,6 +13,7 @@ Rooms, in data-flow order:
   and the tables derived from them (regions classified, steps, matched collectives, the
   phase model), built by stages of independent tasks;
 - ``engine/``: where those tasks run (threads of this process, or a Dask cluster);
+  ``heap.py``: how the ``analyze`` command's process keeps the memory a build frees;
 - ``views.py``, ``background.py``: tables the figures and summaries are drawn from;
 - ``experiments/``: across the runs of a sweep (``analyze compare``);
 - ``schema.py``: every table declared once; ``errors.py``: the user-facing error;

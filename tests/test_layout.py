@@ -41,6 +41,7 @@ ROOMS: dict[str, set[str]] = {
     # the analysis side
     "analyze": {"analyze.tables", "analyze.errors"},  # the package face: lazy ``analyze.open``
     "analyze.errors": set(),
+    "analyze.heap": set(),  # how the analyze command's process allocates
     "analyze.schema": {"traceio"},  # the device names our power channels carry
     "analyze.readers": {"traceio", "analyze.errors"},
     "analyze.tables": {"analyze.readers", "analyze.schema", "analyze.errors", "analyze.engine",

@@ -12,6 +12,7 @@ import argparse
 import importlib
 import sys
 
+from analyze import heap
 from analyze.errors import AnalyzeError
 
 # Verbs in the order ``analyze --help`` lists them; each is the module analyze.cli.<verb>.
@@ -28,6 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # before any thread or large array exists: this process keeps the memory it frees
+    heap.keep_freed_memory()
     ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         return int(ns.command(ns))
