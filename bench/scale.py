@@ -32,12 +32,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import measure, synth
+from bench import measure
 
 
 def child(kind: str, run: str, db: str, extra: str) -> None:
-    """One measured run; prints JSON: seconds, events, peak RSS, and what else it knows."""
+    """One measured run; prints JSON: seconds, events, peak RSS, and what else it knows.
+    Our pipeline runs in a process set up as the ``analyze`` command sets up its own
+    (:mod:`analyze.heap`); Pipit in a process as Python starts it."""
     out: dict[str, object] = {}
+    if kind != "pipit":
+        from analyze import heap
+
+        out["heap_tuned"] = heap.keep_freed_memory()  # first, as the command does it
     if kind == "pipit":
         import resource
 
@@ -101,6 +107,8 @@ def repeated(kind: str, run_dir: Path, repeat: int, tmp: Path, extra: str = "") 
 
 
 def ratios(ns: argparse.Namespace, tmp: Path) -> None:
+    from bench import synth
+
     big, n = synth.cached(ns.events, ns.ranks, ns.cache)
     rows: list[list[object]] = []
     ours = repeated("ours", big, ns.repeat, tmp)
@@ -132,6 +140,8 @@ def stages(times: list[dict]) -> None:
 
 
 def big(ns: argparse.Namespace, tmp: Path) -> None:
+    from bench import synth
+
     run_dir, n = synth.cached(ns.events, ns.ranks, ns.cache)
     out = repeated("ours", run_dir, ns.repeat, tmp)
     print(measure.table(["events", "runs", "s", "M ev/s", "peak RSS MB", "load (1/5 min) per run"],
@@ -178,6 +188,7 @@ def predicted(times: list[dict], measured: int, workers: int, defs) -> float:  #
 
 def dask(ns: argparse.Namespace, tmp: Path) -> None:
     from analyze.readers import dispatch
+    from bench import synth
 
     run_dir, n = synth.cached(ns.events, ns.ranks, ns.cache, shared=ns.shared)
     _, defs = dispatch.definitions(run_dir / "traces.otf2", "native")
@@ -208,6 +219,12 @@ def dask(ns: argparse.Namespace, tmp: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["--child"]:  # a measured run: it sets its process up before any import
+        child(*args[1:5])
+        return 0
+    from bench import synth  # numpy
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("what", nargs="?", choices=("ratios", "big", "dask"))
     p.add_argument("--events", type=synth.parse_count, default=synth.parse_count("10M"))
@@ -220,11 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pipit-events", type=synth.parse_count, default=synth.parse_count("200k"))
     p.add_argument("--workers", default="1,2", help="dask: worker counts")
     synth.add_cache_option(p)
-    p.add_argument("--child", nargs=4, metavar=("KIND", "RUN", "DB", "EXTRA"), help=argparse.SUPPRESS)
-    ns = p.parse_args(argv)
-    if ns.child:
-        child(*ns.child)
-        return 0
+    ns = p.parse_args(args)
     if ns.what is None:
         p.error("say what to measure: ratios, big or dask")
     measure.stop_children_on_sigterm()
