@@ -10,8 +10,11 @@ events, and on the Dask engine with 1 and 2 workers (and what that predicts for 
 Python API (our pipeline with the Python reader) and Pipit (``pipit.Trace.from_otf2``, then its
 exclusive-time metric, which pairs Enter and Leave as our intervals do; its source fetched from
 github.com/hpcgroup/pipit, not vendored) on smaller archives of the same kind, because they
-read 0.1 and 0.02 M events/s. Their times are extrapolated per event to the big archive (the
-table says which numbers are), which is fair to them: their cost grows at least linearly.
+read about 0.1 M events/s. Their times are extrapolated per event to the big archive (the
+table says which numbers are), which is fair to them: their cost grows at least linearly. The
+three run in rounds (``--rounds``), one run each per round, and each ratio is taken within a
+round: the machine's speed drifts by 10-20% over minutes, more than the runs of one tool differ
+from each other back to back.
 ``big``: time and peak memory of one large build. ``dask``: the Dask engine on a local
 cluster of 1 and 2 worker processes. For W workers, each stage's work measured with the first
 worker count (its tasks' summed seconds) is split into the tasks the build's plan makes for W
@@ -27,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -99,39 +103,53 @@ def run_child(kind: str, run_dir: Path, tmp: Path, extra: str = "") -> dict:
 
 def repeated(kind: str, run_dir: Path, repeat: int, tmp: Path, extra: str = "") -> dict:
     """The run with the median time of ``repeat`` runs, with every run's load."""
-    runs = sorted((run_child(kind, run_dir, tmp, extra) for _ in range(repeat)), key=lambda r: r["seconds"])
-    best = dict(runs[len(runs) // 2])
-    best["loads"] = " ".join(r["load"] for r in runs)
-    best["runs"] = len(runs)
-    return best
+    return _median_run([run_child(kind, run_dir, tmp, extra) for _ in range(repeat)])
 
 
 def ratios(ns: argparse.Namespace, tmp: Path) -> None:
+    """Ours, the Python API and Pipit in rounds, one run of each per round: this machine's speed
+    drifts by 10-20% over minutes, so each ratio is taken between runs of the same round and the
+    table shows their median (and range) over the rounds."""
     from bench import synth
 
     big, n = synth.cached(ns.events, ns.ranks, ns.cache)
-    rows: list[list[object]] = []
-    ours = repeated("ours", big, ns.repeat, tmp)
-    per_event = ours["seconds"] / n
-    rows.append(["analyze phases (native, local)", f"{n:,}", ours["runs"], ours["seconds"], n / ours["seconds"] / 1e6,
-                 ours["rss_mb"], "", "measured", ours["loads"]])
     others = [("otf2 Python API", "python", ns.python_events, "")]
     if ns.pipit:
         others.append(("Pipit", "pipit", ns.pipit_events, ns.pipit))
-    for label, kind, events, extra in others:
-        run_dir, m = synth.cached(events, ns.ranks, ns.cache)
-        out = repeated(kind, run_dir, ns.repeat_slow, tmp, extra)
+    inputs = {kind: synth.cached(events, ns.ranks, ns.cache) for _, kind, events, _ in others}
+    runs: dict[str, list[dict]] = {"ours": [], **{kind: [] for _, kind, _, _ in others}}
+    for _ in range(ns.rounds):
+        runs["ours"].append(run_child("ours", big, tmp))
+        for _, kind, _, extra in others:
+            runs[kind].append(run_child(kind, inputs[kind][0], tmp, extra))
+    ours = _median_run(runs["ours"])
+    rows: list[list[object]] = [["analyze phases (native, local)", f"{n:,}", ours["runs"], ours["seconds"],
+                                 n / ours["seconds"] / 1e6, ours["rss_mb"], "", "", "measured", ours["loads"]]]
+    for label, kind, _, _ in others:
+        m = inputs[kind][1]
+        out = _median_run(runs[kind])
+        # per round: their time per event over ours
+        slower = sorted((r["seconds"] / m) / (o["seconds"] / n) for r, o in zip(runs[kind], runs["ours"], strict=True))
+        ratio, spread = statistics.median(slower), f"{slower[0]:.1f}-{slower[-1]:.1f}"
         seconds = out["seconds"] / m * n
         rss = out["rss_mb"] + out.get("worker_rss_mb", 0)
-        slower = (out["seconds"] / m) / per_event  # their time per event over ours
-        rows.append([label, f"{m:,}", out["runs"], out["seconds"], m / out["seconds"] / 1e6, rss, slower,
+        rows.append([label, f"{m:,}", out["runs"], out["seconds"], m / out["seconds"] / 1e6, rss, ratio, spread,
                      "measured", out["loads"]])
         if m != n:
             rows.append([f"{label}, extrapolated", f"{n:,}", "", seconds, n / seconds / 1e6,
-                         rss / m * n, slower, "per event from the line above", ""])
-    print(measure.table(["tool", "events", "runs", "s", "M ev/s", "peak RSS MB", "x ours (per event)",
-                         "how", "load (1/5 min) per run"], rows))
+                         rss / m * n, ratio, spread, "per event from the line above", ""])
+    print(measure.table(["tool", "events", "runs", "s (median)", "M ev/s", "peak RSS MB", "x ours (per event)",
+                         "x ours per round", "how", "load (1/5 min) per run"], rows))
     stages(ours["stages"])
+
+
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median time, with every run's load."""
+    ordered = sorted(runs, key=lambda r: r["seconds"])
+    out = dict(ordered[len(ordered) // 2])
+    out["loads"] = " ".join(r["load"] for r in runs)
+    out["runs"] = len(runs)
+    return out
 
 
 def stages(times: list[dict]) -> None:
@@ -230,8 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=synth.parse_count, default=synth.parse_count("10M"))
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--shared", action="store_true", help="dask: ranks share one record stream (bench.synth)")
-    p.add_argument("--repeat", type=int, default=2, help="runs of ours (median shown)")
-    p.add_argument("--repeat-slow", type=int, default=1, help="runs of the Python API and Pipit")
+    p.add_argument("--repeat", type=int, default=2, help="big, dask: runs of ours (median shown)")
+    p.add_argument("--rounds", type=int, default=3,
+                   help="ratios: rounds of one run each of ours, the Python API and Pipit (medians shown)")
     p.add_argument("--python-events", type=synth.parse_count, default=synth.parse_count("1M"))
     p.add_argument("--pipit", help="directory holding Pipit's source (the pipit package)")
     p.add_argument("--pipit-events", type=synth.parse_count, default=synth.parse_count("200k"))

@@ -55,10 +55,10 @@ def test_perrank(tmp_path: Path) -> None:
 
 
 def test_scale_ratios(tmp_path: Path) -> None:
-    out = bench("bench.scale", "ratios", "--events", "20k", "--python-events", "5k", "--repeat", "1",
+    out = bench("bench.scale", "ratios", "--events", "20k", "--python-events", "5k", "--rounds", "1",
                 "--cache", str(tmp_path))
     assert "analyze phases (native, local)" in out and "otf2 Python API, extrapolated" in out
-    assert "matching across ranks" in out
+    assert "matching across ranks" in out and "x ours per round" in out
 
 
 @pytest.mark.slow
