@@ -372,11 +372,16 @@ DEFINITIONS = (LOCATIONS, REGIONS, COMMUNICATORS)  # written before the stages (
 
 
 def _export(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> None:
-    """DuckDB tables -> Parquet files (partitioned as declared), each replaced by a view."""
+    """DuckDB tables -> Parquet files (partitioned as declared), each replaced by a view; an
+    empty one is only dropped (stages.fill_empty gives it its file and view, a tenth of what
+    DuckDB's COPY of no rows costs)."""
     for table in tables:
-        store.write(con, table, f"SELECT * FROM {table.name}", "data")
+        found = con.execute(f"SELECT EXISTS (SELECT 1 FROM {table.name})").fetchone()
+        if found is not None and found[0]:
+            store.write(con, table, f"SELECT * FROM {table.name}", "data")
         con.execute(f"DROP TABLE {table.name}")
-        store.view(con, table)
+        if found is not None and found[0]:
+            store.view(con, table)
 
 
 def _write(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> None:

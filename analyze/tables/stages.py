@@ -855,11 +855,7 @@ def fill_empty(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table
     for table in tables:
         if store.files(table):
             continue
-        base = store.dir(table) / (f"{table.partition_by}=0" if table.partition_by else "")
-        base.mkdir(parents=True, exist_ok=True)
-        cols = [c for c in table.columns if c.name != table.partition_by]
-        empty = ", ".join(f"CAST(NULL AS {c.type}) AS {c.name}" for c in cols)
-        con.execute(f"COPY (SELECT {empty} LIMIT 0) TO {literal(base / 'empty.parquet')} ({FORMAT})")
+        store.write_empty(con, table)
         filled.append(table)
     return filled
 

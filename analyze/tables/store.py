@@ -214,6 +214,23 @@ class Store:
                                  c.name in nullable))
             native.write_parquet(str(target / f"{tag}.parquet"), spec, CREATED_BY)
 
+    def write_empty(self, con: duckdb.DuckDBPyConnection, table: Table) -> None:
+        """One file of the table's columns and no rows (in ``rank=0/`` for a table partitioned
+        by rank), every column nullable as DuckDB's would be: written by the codec where it
+        writes every column type (tens of microseconds), else by DuckDB (2-3 ms)."""
+        base = self.dir(table) / (f"{table.partition_by}=0" if table.partition_by else "")
+        base.mkdir(parents=True, exist_ok=True)
+        cols = [c for c in table.columns if c.name != table.partition_by]
+        native = codec.native()
+        if native is not None and all(c.type in _EMPTY for c in cols):
+            native.write_parquet(str(base / "empty.parquet"),
+                                 [(c.name, _EMPTY[c.type][0], np.zeros(0, _EMPTY[c.type][1]), True,
+                                   *(((),) if _EMPTY[c.type][0] in ("text", "json") else ())) for c in cols],
+                                 CREATED_BY)
+            return
+        empty = ", ".join(f"CAST(NULL AS {c.type}) AS {c.name}" for c in cols)
+        con.execute(f"COPY (SELECT {empty} LIMIT 0) TO {literal(base / 'empty.parquet')} ({FORMAT})")
+
     def read_arrays(self, path: Path | str) -> dict[str, np.ndarray] | None:
         """The columns of a file :meth:`write_arrays` wrote, decoded by the codec (NULL as -1),
         at a fifth of what fetching them from DuckDB costs; None for a file it did not write
@@ -235,6 +252,9 @@ class Store:
 
 
 _DTYPES = {"BIGINT": np.int64, "INTEGER": np.int32, "BOOLEAN": np.bool_}
+# the codec's kind (and its column's dtype) for an empty column of each type it writes
+_EMPTY = {"BIGINT": ("int64", np.int64), "INTEGER": ("int32", np.int32), "BOOLEAN": ("bool", np.bool_),
+          "DOUBLE": ("float64", np.float64), "VARCHAR": ("text", np.int32), "JSON": ("json", np.int32)}
 CREATED_BY = "dltrace"  # the codec's Parquet files say so, and it reads back only those
 
 

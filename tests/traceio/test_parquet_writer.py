@@ -2,7 +2,7 @@
 what was written, at every edge of the delta encoding (empty, one value, partial blocks and
 miniblocks, several row groups, full-range 64-bit values whose deltas wrap, deltas of every
 bit width, 32-bit columns),
-with NULLs and statistics. Its reader (parquet_read.c) reads the same files back the same
+with NULLs and statistics, PLAIN doubles and JSON text. Its reader (parquet_read.c) reads the same files back the same
 way, and declines every file it did not write."""
 
 from __future__ import annotations
@@ -72,6 +72,37 @@ def test_round_trip(n: int, tmp_path: Path) -> None:
                          ("times", int(cols["times"].min()), int(cols["times"].max()), 0)]
 
 
+@pytest.mark.parametrize("n", [0, 1, 1000, 1_000_001])
+def test_float64_columns(n: int, tmp_path: Path) -> None:
+    """PLAIN doubles, every bit back (NaN, infinities, -0.0, subnormals), no statistics; the
+    codec's own reader declines them (DuckDB reads them)."""
+    rng = np.random.default_rng(n)
+    values = rng.normal(size=n) * 10.0 ** rng.integers(-300, 300, n)
+    values[:8] = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 5e-324, -1e308, 1.5])[:n]
+    path = tmp_path / "d.parquet"
+    codec.native().write_parquet(str(path), [("i", "int64", np.arange(n, dtype=np.int64), False),
+                                             ("x", "float64", values, False)], "dltrace")
+    con = duckdb.connect()
+    assert con.execute(f"describe select x from read_parquet('{path}')").fetchall()[0][:2] == ("x", "DOUBLE")
+    back = con.execute(f"select x from read_parquet('{path}') order by i").fetchnumpy()["x"]
+    assert np.array_equal(np.asarray(back, np.float64).view(np.int64), values.view(np.int64))
+    if n:
+        meta = con.execute(f"select encodings, stats_min_value, stats_null_count from parquet_metadata('{path}') "
+                           "where path_in_schema = 'x'").fetchall()
+        assert {m[0] for m in meta} == {"PLAIN"} and {m[1] for m in meta} == {None} and {m[2] for m in meta} == {0}
+    assert codec.native().read_parquet(str(path), "dltrace") is None
+
+
+def test_json_columns(tmp_path: Path) -> None:
+    """Text whose names are JSON documents: DuckDB reads the column as JSON."""
+    path = tmp_path / "j.parquet"
+    codec.native().write_parquet(str(path), [("a", "json", np.array([0, 1, -1, 0], np.int32), True,
+                                              ('{"x": 1}', "[1, 2]"))], "dltrace")
+    con = duckdb.connect()
+    assert con.execute(f"describe select a from read_parquet('{path}')").fetchall()[0][:2] == ("a", "JSON")
+    assert con.execute(f"select a->>'x' from read_parquet('{path}')").fetchall() == [("1",), (None,), (None,), ("1",)]
+
+
 def test_bad_columns_are_errors(tmp_path: Path) -> None:
     native = codec.native()
     with pytest.raises(ValueError, match="equal numbers of rows"):
@@ -79,6 +110,13 @@ def test_bad_columns_are_errors(tmp_path: Path) -> None:
                                                            ("b", "int64", np.zeros(4, np.int64), False)], "t")
     with pytest.raises(ValueError, match="unknown column kind"):
         native.write_parquet(str(tmp_path / "x.parquet"), [("a", "float", np.zeros(3), False)], "t")
+    with pytest.raises(ValueError, match="cannot be nullable"):
+        native.write_parquet(str(tmp_path / "x.parquet"), [("a", "float64", np.zeros(3), True)], "t")
+    native.write_parquet(str(tmp_path / "x.parquet"), [("a", "float64", np.zeros(0), True)], "t")  # empty: may be
+    assert duckdb.execute(f"select count(*) from read_parquet('{tmp_path / 'x.parquet'}')").fetchone() == (0,)
+    with pytest.raises(ValueError, match="equal numbers of rows"):  # as many bytes, not as many rows
+        native.write_parquet(str(tmp_path / "x.parquet"), [("a", "float64", np.zeros(3), False),
+                                                           ("b", "int32", np.zeros(6, np.int32), False)], "t")
     with pytest.raises(OSError, match="no-such-dir"):
         native.write_parquet(str(tmp_path / "no-such-dir" / "x.parquet"),
                              [("a", "int64", np.zeros(3, np.int64), False)], "t")

@@ -4,10 +4,12 @@
  * columns, up to half a million rows): flat schema, one row group per million rows, one
  * data page per column chunk, no compression. Integers are DELTA_BINARY_PACKED (Parquet 2:
  * times, indices and ids that change a little from row to row take a few bits each),
- * booleans PLAIN (one bit each), text (given as codes into a tuple of names) RLE_DICTIONARY
- * after a dictionary page of the names; a column may map negative values to NULL (definition
- * levels, RLE/bit-packed hybrid). Row-group statistics (min, max, null count) let readers skip row
- * groups. Metadata is Thrift's compact protocol. The format: https://parquet.apache.org/docs/
+ * booleans PLAIN (one bit each), text (given as codes into a tuple of names; JSON text
+ * alike) RLE_DICTIONARY after a dictionary page of the names, doubles PLAIN (never NULL: no
+ * value marks it; an empty column may still be declared nullable, as the empty files of the
+ * tables without rows are); a column may map negative values to NULL (definition levels,
+ * RLE/bit-packed hybrid). Row-group statistics (min, max, null count; for doubles the null
+ * count only) let readers skip row groups. Metadata is Thrift's compact protocol. The format: https://parquet.apache.org/docs/
  * (file format, encodings, parquet.thrift); every file is read back by DuckDB in the tests.
  */
 #include "otf2native.h"
@@ -22,10 +24,10 @@
 #define MINIBLOCKS 4
 #define MINI (BLOCK / MINIBLOCKS)
 
-enum { K_INT64, K_INT32, K_BOOL, K_TEXT };
+enum { K_INT64, K_INT32, K_BOOL, K_TEXT, K_DOUBLE };
 /* Parquet enums */
-enum { T_BOOLEAN = 0, T_INT32 = 1, T_INT64 = 2, T_BYTE_ARRAY = 6 };
-enum { UTF8 = 0 }; /* ConvertedType */
+enum { T_BOOLEAN = 0, T_INT32 = 1, T_INT64 = 2, T_DOUBLE = 5, T_BYTE_ARRAY = 6 };
+enum { UTF8 = 0, JSON = 19 }; /* ConvertedType */
 enum { E_PLAIN = 0, E_RLE = 3, E_DELTA = 5, E_RLE_DICTIONARY = 8 };
 
 typedef struct {
@@ -217,6 +219,7 @@ typedef struct {
     /* per row group, filled while encoding */
     int64_t start, offset, dictionary, size, nulls, min, max; /* chunk, data page, dictionary page */
     int has_stats;
+    int json; /* K_TEXT whose names are JSON documents (converted type JSON) */
 } Col;
 
 static int64_t value(const Col *c, size_t i) {
@@ -250,6 +253,13 @@ static int64_t value(const Col *c, size_t i) {
 static size_t gather(Col *c, size_t a, size_t rows, int64_t *scratch) {
     size_t n = 0;
     int64_t min = INT64_MAX, max = INT64_MIN;
+    if (c->kind == K_DOUBLE) {
+        /* encoded where they are, never NULL; no statistics (optional in Parquet: a NaN
+           would need rules of its own) */
+        c->nulls = 0;
+        c->has_stats = 0;
+        return rows;
+    }
     if (c->kind == K_INT64 && !c->null_below_zero) {
         /* nothing to gather: the values are encoded where they are; only the statistics */
         const int64_t *src = (const int64_t *)c->data + a;
@@ -337,6 +347,8 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
                     page.p[page.n + i / 8] |= (uint8_t)(1u << (i % 8));
             page.n += bytes;
         }
+    } else if (c->kind == K_DOUBLE) { /* PLAIN: the values as they are (little endian) */
+        put(&page, (const double *)c->data + a, n * sizeof(double));
     } else if (c->kind == K_INT64 && !c->null_below_zero) {
         delta_encode(&page, (const int64_t *)c->data + a, n, 0);
     } else {
@@ -371,7 +383,7 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
     t_i32(&t, 3, (int32_t)page.n);
     t_struct(&t, 5);
     t_i32(&t, 1, (int32_t)rows);
-    t_i32(&t, 2, c->kind == K_BOOL ? E_PLAIN : c->kind == K_TEXT ? E_RLE_DICTIONARY : E_DELTA);
+    t_i32(&t, 2, c->kind == K_BOOL || c->kind == K_DOUBLE ? E_PLAIN : c->kind == K_TEXT ? E_RLE_DICTIONARY : E_DELTA);
     t_i32(&t, 3, E_RLE);
     t_i32(&t, 4, E_RLE);
     end(&t);
@@ -383,7 +395,11 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
 }
 
 static int physical(const Col *c) {
-    return c->kind == K_INT64 ? T_INT64 : c->kind == K_INT32 ? T_INT32 : c->kind == K_TEXT ? T_BYTE_ARRAY : T_BOOLEAN;
+    return c->kind == K_INT64    ? T_INT64
+           : c->kind == K_INT32  ? T_INT32
+           : c->kind == K_TEXT   ? T_BYTE_ARRAY
+           : c->kind == K_DOUBLE ? T_DOUBLE
+                                 : T_BOOLEAN;
 }
 
 static void stat_value(Thrift *t, int16_t id, const Col *c, int64_t v) {
@@ -422,8 +438,8 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
         t_i32(&t, 1, physical(&cols[k]));
         t_i32(&t, 3, cols[k].null_below_zero ? 1 : 0); /* OPTIONAL : REQUIRED */
         t_binary(&t, 4, cols[k].name, strlen(cols[k].name));
-        if (cols[k].kind == K_TEXT)
-            t_i32(&t, 6, UTF8); /* converted_type: readers take the bytes for text */
+        if (cols[k].kind == K_TEXT) /* converted_type: readers take the bytes for text (or JSON) */
+            t_i32(&t, 6, cols[k].json ? JSON : UTF8);
         end(&t);
     }
     t_i64(&t, 3, (int64_t)rows);
@@ -441,7 +457,7 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
             t_i64(&t, 2, c->start);
             t_struct(&t, 3); /* ColumnMetaData */
             t_i32(&t, 1, physical(c));
-            int text = c->kind == K_TEXT, enc = c->kind == K_BOOL || text ? E_PLAIN : E_DELTA;
+            int text = c->kind == K_TEXT, enc = c->kind == K_BOOL || c->kind == K_DOUBLE || text ? E_PLAIN : E_DELTA;
             t_list(&t, 2, TC_I32, (size_t)(1 + text + (c->null_below_zero || text)));
             put_varint(&meta, zigzag(enc));
             if (text)
@@ -554,14 +570,20 @@ PyObject *native_write_parquet(PyObject *self, PyObject *args) {
         if (PyObject_GetBuffer(data, &views[k], PyBUF_C_CONTIGUOUS) < 0)
             goto done;
         held++;
-        int text = strcmp(kind, "text") == 0;
-        Py_ssize_t item = strcmp(kind, "int64") == 0 ? 8 : strcmp(kind, "int32") == 0 || text ? 4
+        int json = strcmp(kind, "json") == 0, text = json || strcmp(kind, "text") == 0,
+            real = strcmp(kind, "float64") == 0;
+        Py_ssize_t item = strcmp(kind, "int64") == 0 || real ? 8 : strcmp(kind, "int32") == 0 || text ? 4
                         : strcmp(kind, "bool") == 0 ? 1 : 0;
         if (item == 0) {
-            PyErr_Format(PyExc_ValueError, "unknown column kind %s (int64, int32, bool or text)", kind);
+            PyErr_Format(PyExc_ValueError, "unknown column kind %s (int64, int32, bool, float64, text or json)", kind);
             goto done;
         }
-        cols[k].kind = item == 8 ? K_INT64 : text ? K_TEXT : item == 4 ? K_INT32 : K_BOOL;
+        if (real && nullable && views[k].len) { /* (an empty one may say it could be) */
+            PyErr_Format(PyExc_ValueError, "float64 column %s cannot be nullable (no value marks NULL)", cols[k].name);
+            goto done;
+        }
+        cols[k].kind = real ? K_DOUBLE : item == 8 ? K_INT64 : text ? K_TEXT : item == 4 ? K_INT32 : K_BOOL;
+        cols[k].json = json;
         cols[k].data = views[k].buf;
         cols[k].null_below_zero = nullable;
         if (views[k].len % item || (rows >= 0 && views[k].len / item != rows)) {
