@@ -377,10 +377,11 @@ def _export(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, .
     DuckDB's COPY of no rows costs)."""
     for table in tables:
         found = con.execute(f"SELECT EXISTS (SELECT 1 FROM {table.name})").fetchone()
-        if found is not None and found[0]:
+        rows = bool(found and found[0])
+        if rows:
             store.write(con, table, f"SELECT * FROM {table.name}", "data")
         con.execute(f"DROP TABLE {table.name}")
-        if found is not None and found[0]:
+        if rows:
             store.view(con, table)
 
 
