@@ -332,7 +332,7 @@ def settle() -> None:
         thread.join()
 
 
-def _definition_views(spec: Spec, con: duckdb.DuckDBPyConnection) -> None:
+def _definition_views(spec: Spec) -> None:
     """Views of the definitions (locations, regions, communicators) for the tasks' queries:
     made once in this process's DuckDB for the build, where every task's cursor sees them
     (3-4 ms each, which every task of three stages paid for its own temporary ones). A view
@@ -444,7 +444,7 @@ def _named(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> Seen:
     collectives written for the groups, and what it saw of each library."""
     work = spec.work
     mine = f"b{number}c*.parquet"
-    _definition_views(spec, con)
+    _definition_views(spec)
     work.view(con, REGION_PATTERNS, temporary=True)
     for table, files in ((COMM_INTERVALS, f"{COMM_INTERVALS.name}/{mine}"),
                          (RAW_COLLECTIVES, f"{RAW_COLLECTIVES.name}/*/{mine}")):
@@ -510,7 +510,7 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
     work = spec.work
     con = _connect(spec)
     try:
-        _definition_views(spec, con)
+        _definition_views(spec)
         work.view(con, RAW_COLLECTIVES, [number], name="group_raw_collectives", temporary=True)
         work.view(con, RAW_MESSAGES, [number], temporary=True)
         _named_view(spec, con, number)
@@ -667,7 +667,7 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
         store.prepare(table, ranks)
     con = _connect(spec)
     try:
-        _definition_views(spec, con)
+        _definition_views(spec)
         finished = _finish_collectives(spec, con, tag, ranks)
         # a group's rows file exists even when empty; the shuffle's outputs only where rows were
         rows = work.source(f"msg_rows/{tag}.parquet")  # none: the group has no messages

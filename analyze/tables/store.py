@@ -189,8 +189,7 @@ class Store:
         codec's Parquet writer, which takes a tenth of DuckDB's time; through DuckDB where the
         codec is not built."""
         native = codec.native()
-        kinds = {"BIGINT": "int64", "INTEGER": "int32", "BOOLEAN": "bool", "VARCHAR": "text"}
-        if native is None or any(c.type not in kinds for c in table.columns):
+        if native is None or any(c.type not in _ARRAY_KINDS for c in table.columns):
             plain = {k: v.strings() if isinstance(v, Codes) else v for k, v in columns.items()}
             nulls = {c: f"CASE WHEN {c} < 0 THEN NULL ELSE {c} END AS {c}" for c in nullable
                      if not isinstance(columns[c], Codes)}
@@ -210,8 +209,8 @@ class Store:
                     spec.append((c.name, "text", np.ascontiguousarray(values.codes, dtype=np.int32),
                                  c.name in nullable, values.names))
                 else:
-                    spec.append((c.name, kinds[c.type], np.ascontiguousarray(values, dtype=_DTYPES[c.type]),
-                                 c.name in nullable))
+                    kind = _ARRAY_KINDS[c.type]
+                    spec.append((c.name, kind, np.ascontiguousarray(values, dtype=kind), c.name in nullable))
             native.write_parquet(str(target / f"{tag}.parquet"), spec, CREATED_BY)
 
     def write_empty(self, con: duckdb.DuckDBPyConnection, table: Table) -> None:
@@ -222,11 +221,13 @@ class Store:
         base.mkdir(parents=True, exist_ok=True)
         cols = [c for c in table.columns if c.name != table.partition_by]
         native = codec.native()
-        if native is not None and all(c.type in _EMPTY for c in cols):
-            native.write_parquet(str(base / "empty.parquet"),
-                                 [(c.name, _EMPTY[c.type][0], np.zeros(0, _EMPTY[c.type][1]), True,
-                                   *(((),) if _EMPTY[c.type][0] in ("text", "json") else ())) for c in cols],
-                                 CREATED_BY)
+        if native is not None and all(c.type in _EMPTY_KINDS for c in cols):
+            spec = []
+            for c in cols:
+                kind = _EMPTY_KINDS[c.type]
+                text = kind in _TEXT_KINDS  # codes (into no names)
+                spec.append((c.name, kind, np.zeros(0, np.int32 if text else kind), True, *([()] if text else [])))
+            native.write_parquet(str(base / "empty.parquet"), spec, CREATED_BY)
             return
         empty = ", ".join(f"CAST(NULL AS {c.type}) AS {c.name}" for c in cols)
         con.execute(f"COPY (SELECT {empty} LIMIT 0) TO {literal(base / 'empty.parquet')} ({FORMAT})")
@@ -251,10 +252,12 @@ class Store:
                 (base / f"{table.partition_by}={p}").mkdir(exist_ok=True)
 
 
-_DTYPES = {"BIGINT": np.int64, "INTEGER": np.int32, "BOOLEAN": np.bool_}
-# the codec's kind (and its column's dtype) for an empty column of each type it writes
-_EMPTY = {"BIGINT": ("int64", np.int64), "INTEGER": ("int32", np.int32), "BOOLEAN": ("bool", np.bool_),
-          "DOUBLE": ("float64", np.float64), "VARCHAR": ("text", np.int32), "JSON": ("json", np.int32)}
+# The codec's column kind for each type it writes (a kind that is not text is also the numpy
+# dtype of its values; text is int32 codes into names): write_arrays' columns, whose negative
+# values may stand for NULL, and the empty files of write_empty, which have no values.
+_ARRAY_KINDS = {"BIGINT": "int64", "INTEGER": "int32", "BOOLEAN": "bool", "VARCHAR": "text"}
+_EMPTY_KINDS = {**_ARRAY_KINDS, "DOUBLE": "float64", "JSON": "json"}
+_TEXT_KINDS = ("text", "json")
 CREATED_BY = "dltrace"  # the codec's Parquet files say so, and it reads back only those
 
 

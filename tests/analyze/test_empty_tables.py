@@ -44,5 +44,5 @@ def test_an_empty_table_reads_as_duckdb_writes_it(table, tmp_path: Path,  # type
     assert mine.relative_to(ours.root) == duck.relative_to(theirs.root)  # rank=0/ for per-rank tables
     assert _schema(mine) == _schema(duck)
     # the codec wrote it exactly when it writes every column type the table has
-    by_codec = all(c.type in store_module._EMPTY for c in table.columns if c.name != table.partition_by)
+    by_codec = all(c.type in store_module._EMPTY_KINDS for c in table.columns if c.name != table.partition_by)
     assert (store_module.CREATED_BY.encode() in mine.read_bytes()) == by_codec

@@ -31,15 +31,15 @@ def test_made_once_seen_by_every_cursor_and_rewrites_reach_them(tmp_path: Path) 
     _write(driver, spec, [(1, "a"), (2, "b")])
     try:
         first = stages._connect(spec)
-        stages._definition_views(spec, first)
+        stages._definition_views(spec)
         base = stages._instances[spec.root]
         made = base.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchone()
-        stages._definition_views(spec, stages._connect(spec))  # a second task: nothing new
+        stages._definition_views(spec)  # a second task: nothing new
         assert base.execute("SELECT count(*) FROM duckdb_views() WHERE NOT internal").fetchone() == made == (3,)
         assert first.execute("SELECT name FROM regions ORDER BY region_id").fetchall() == [("a",), ("b",)]
         _write(driver, spec, [(1, "a"), (2, "b"), (3, "c")])  # the driver between two stages
+        stages._definition_views(spec)
         later = stages._connect(spec)
-        stages._definition_views(spec, later)
         assert later.execute("SELECT name FROM regions ORDER BY region_id").fetchall() == [("a",), ("b",), ("c",)]
     finally:
         stages.release(spec.root)

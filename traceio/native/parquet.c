@@ -9,8 +9,9 @@
  * value marks it; an empty column may still be declared nullable, as the empty files of the
  * tables without rows are); a column may map negative values to NULL (definition levels,
  * RLE/bit-packed hybrid). Row-group statistics (min, max, null count; for doubles the null
- * count only) let readers skip row groups. Metadata is Thrift's compact protocol. The format: https://parquet.apache.org/docs/
- * (file format, encodings, parquet.thrift); every file is read back by DuckDB in the tests.
+ * count only) let readers skip row groups. Metadata is Thrift's compact protocol. The
+ * format: https://parquet.apache.org/docs/ (file format, encodings, parquet.thrift); every
+ * file is read back by DuckDB in the tests.
  */
 #include "otf2native.h"
 
@@ -234,7 +235,6 @@ static int64_t value(const Col *c, size_t i) {
     }
 }
 
-/* One column chunk (page header + page) of rows [a, b) into ``out``; sets offset and size. */
 /* Gather the non-NULL values of rows [a, a + rows) into ``scratch`` (as int64) and their
  * statistics; returns how many. */
 #define GATHER(type)                                                                        \
@@ -282,6 +282,11 @@ static size_t gather(Col *c, size_t a, size_t rows, int64_t *scratch) {
     c->min = c->kind == K_BOOL ? min != 0 : min;
     c->max = c->kind == K_BOOL ? max != 0 : max;
     return n;
+}
+
+/* The encoding of a column's values (its data page and its column metadata say the same). */
+static int encoding(const Col *c) {
+    return c->kind == K_TEXT ? E_RLE_DICTIONARY : c->kind == K_BOOL || c->kind == K_DOUBLE ? E_PLAIN : E_DELTA;
 }
 
 /* One column chunk (page header + page) of rows [a, b) into ``out``; sets offset and size. */
@@ -383,7 +388,7 @@ static void column_chunk(Buf *out, Col *c, size_t a, size_t rows, int64_t *scrat
     t_i32(&t, 3, (int32_t)page.n);
     t_struct(&t, 5);
     t_i32(&t, 1, (int32_t)rows);
-    t_i32(&t, 2, c->kind == K_BOOL || c->kind == K_DOUBLE ? E_PLAIN : c->kind == K_TEXT ? E_RLE_DICTIONARY : E_DELTA);
+    t_i32(&t, 2, encoding(c));
     t_i32(&t, 3, E_RLE);
     t_i32(&t, 4, E_RLE);
     end(&t);
@@ -457,11 +462,11 @@ static void encode_file(Buf *out, Col *cols, int ncol, size_t rows, const char *
             t_i64(&t, 2, c->start);
             t_struct(&t, 3); /* ColumnMetaData */
             t_i32(&t, 1, physical(c));
-            int text = c->kind == K_TEXT, enc = c->kind == K_BOOL || c->kind == K_DOUBLE || text ? E_PLAIN : E_DELTA;
+            int text = c->kind == K_TEXT;
             t_list(&t, 2, TC_I32, (size_t)(1 + text + (c->null_below_zero || text)));
-            put_varint(&meta, zigzag(enc));
             if (text)
-                put_varint(&meta, zigzag(E_RLE_DICTIONARY));
+                put_varint(&meta, zigzag(E_PLAIN)); /* the dictionary page */
+            put_varint(&meta, zigzag(encoding(c)));
             if (c->null_below_zero || text)
                 put_varint(&meta, zigzag(E_RLE));
             t_list(&t, 3, TC_BINARY, 1);
