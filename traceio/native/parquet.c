@@ -25,6 +25,18 @@
 #define MINIBLOCKS 4
 #define MINI (BLOCK / MINIBLOCKS)
 
+/* The hot loops in a second version for AVX2 where the compiler can make one, chosen when
+ * the module loads: baseline x86-64 has no 64-bit compare, so each minimum and maximum is a
+ * chain of conditional moves (the intervals' columns: 155 -> 90 ms per 2.3M rows). */
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define HOT __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef HOT
+#define HOT
+#endif
+
 enum { K_INT64, K_INT32, K_BOOL, K_TEXT, K_DOUBLE };
 /* Parquet enums */
 enum { T_BOOLEAN = 0, T_INT32 = 1, T_INT64 = 2, T_DOUBLE = 5, T_BYTE_ARRAY = 6 };
@@ -164,7 +176,7 @@ static int width(uint64_t v) { return v ? 64 - __builtin_clzll(v) : 0; }
 
 /* DELTA_BINARY_PACKED: blocks of 128 deltas in 4 miniblocks of 32, each bit-packed after
  * subtracting the block's smallest delta. ``wrap32``: deltas in 32-bit arithmetic (INT32). */
-static void delta_encode(Buf *b, const int64_t *v, size_t n, int wrap32) {
+HOT static void delta_encode(Buf *b, const int64_t *v, size_t n, int wrap32) {
     put_varint(b, BLOCK);
     put_varint(b, MINIBLOCKS);
     put_varint(b, n);
@@ -250,7 +262,7 @@ static int64_t value(const Col *c, size_t i) {
         }                                                                                   \
     } while (0)
 
-static size_t gather(Col *c, size_t a, size_t rows, int64_t *scratch) {
+HOT static size_t gather(Col *c, size_t a, size_t rows, int64_t *scratch) {
     size_t n = 0;
     int64_t min = INT64_MAX, max = INT64_MIN;
     if (c->kind == K_DOUBLE) {
