@@ -19,6 +19,7 @@
 
 #define NS 1000000000ULL
 #define BATCH 65536
+#define CHUNK_ROOM ((size_t)1 << 20) /* intervals given room at once when the events are not declared */
 #define UNDEFINED_U32 0xFFFFFFFFu
 
 /* Rows waiting for the instance ``idx`` to close (a handful at a time: regions performing a
@@ -610,9 +611,25 @@ static PyObject *reader_read(PyObject *self, PyObject *args) {
     const char *open_failed = NULL;
     int too_many = 0, too_few = 0;
     Py_BEGIN_ALLOW_THREADS
+    /* The chunk's intervals get their room at once: grown by doubling from nothing, each column
+       of a 500k-row chunk would be copied seven times over (and its pages faulted in anew). A
+       chunk holds at most max_rows plus one batch of them, and the locations left at most one
+       per event they declare, plus what is open. */
+    size_t room = (size_t)max_rows + batch + r->depth, left = r->depth;
+    int all_declared = 1;
+    for (size_t i = r->cur; i < r->nloc; i++) {
+        all_declared &= r->declared[i] != 0;
+        left += r->declared[i] - (i == r->cur && r->loc_read < r->declared[i] ? r->loc_read : 0);
+    }
+    if (all_declared && left < room)
+        room = left;
+    else if (!all_declared && room > CHUNK_ROOM)
+        room = CHUNK_ROOM; /* beyond: grown by doubling */
+    if (room > r->iv.rows && table_reserve(&r->iv, room - r->iv.rows) < 0)
+        r->out_of_memory = 1;
     /* rows waiting for their instance to close cannot be handed out yet: count only the others,
        so that every call either hands out max_rows rows or reads on */
-    while (r->cur < r->nloc &&
+    while (!r->out_of_memory && r->cur < r->nloc &&
            r->iv.rows + ready_rows(&r->co_wait, &r->co) + ready_rows(&r->me_wait, &r->me) + r->mt.rows <
                (size_t)max_rows) {
         if (r->evt == NULL && open_location(r, &open_failed, &rc) < 0)
