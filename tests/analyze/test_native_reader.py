@@ -21,7 +21,7 @@ import pytest
 
 import analyze
 from analyze.readers import dispatch, otf2_native, otf2_python
-from analyze.readers.columns import Chunk, ReadStats
+from analyze.readers.columns import INTERVAL_COLUMNS, Chunk, ReadStats
 from tests.analyze.snapshot import snapshot
 from tests.conftest import ROOT, SCOREP_FIXTURES
 from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
@@ -35,13 +35,15 @@ FIXTURES = sorted(p.name for p in SCOREP_FIXTURES.iterdir() if (p / "traces.otf2
 TABLES = ("intervals", "collectives", "messages", "metrics")
 
 
-def rows(chunks: list[Chunk]) -> tuple[dict[str, list[tuple]], ReadStats | None]:
-    """Every table's rows, sorted, and the final stats."""
+def rows(chunks: list[Chunk], tables: tuple[str, ...] = TABLES) -> tuple[dict[str, list[tuple]], ReadStats | None]:
+    """Every table's rows, sorted, and the final stats (if ``tables`` are all of them)."""
     out: dict[str, list[tuple]] = {}
-    for table in TABLES:
+    for table in tables:
         parts = [getattr(c, table) for c in chunks]
         columns = {name: np.concatenate([p[name] for p in parts]) for name in parts[0]}
         out[table] = sorted(zip(*(col.tolist() for col in columns.values()), strict=True))
+    if tables != TABLES:
+        return out, None
     stats = [c.stats for c in chunks if c.stats is not None]
     assert len(stats) == 1
     return out, stats[0]
@@ -123,6 +125,31 @@ def test_small_chunks_and_more_threads_than_locations(tmp_path: Path) -> None:
     _, chunks = otf2_native.read(anchor, 7, threads=2)
     sizes = [sum(len(next(iter(getattr(c, t).values()))) for t in TABLES) for c in chunks]
     assert len(sizes) > 10 and sum(sizes) == sum(len(v) for v in python[0].values())
+
+
+@pytest.mark.parametrize("chunk_rows", [3, 64, 500_000])
+def test_rows_the_same_whether_or_not_locations_declare_their_events(chunk_rows: int, tmp_path: Path) -> None:
+    """The reader gives each chunk's intervals their room at once: from the events the
+    locations still declare, or (declaring none) a fixed amount grown beyond by doubling. Both
+    give the rows the portable reader gives, in chunks of at most ``chunk_rows`` plus one batch."""
+    from traceio import _otf2native
+
+    anchor = write_archive(random_spec(3, ranks=2, events=2000), tmp_path)
+    defs = otf2_native.definitions(anchor)
+    locs = [loc for loc in defs.locations if loc.events]
+    read = {}
+    for declared in ([loc.events for loc in locs], None):
+        reader = _otf2native.Reader(str(anchor), [loc.location_id for loc in locs], [loc.rank for loc in locs],
+                                    defs.global_offset, defs.resolution, declared)
+        chunks, finished = [], False
+        while not finished:
+            intervals, *_, finished = reader.read(chunk_rows)
+            chunks.append(otf2_native._table(intervals, INTERVAL_COLUMNS))
+        reader.close()
+        assert max(len(c["idx"]) for c in chunks) <= chunk_rows + 65536 + 64  # a batch, what is open
+        read[declared is None], _ = rows([Chunk(c, {}, {}, 0) for c in chunks], tables=("intervals",))
+    python, _ = both(anchor)
+    assert read[False] == read[True] == {"intervals": python[0]["intervals"]}
 
 
 def test_clock_offsets_interpolated_like_the_library(tmp_path: Path) -> None:
