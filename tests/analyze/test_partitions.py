@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -72,6 +73,47 @@ def test_tables_are_parquet_datasets_partitioned_by_rank(run: Path) -> None:
     tables = {r[0] for r in db.execute("select table_name from duckdb_tables()").fetchall()}
     assert tables == {t.name for t in CAUSE_TABLES} | {"build_info"}
     assert db.execute("select count(*) from overlap").fetchone() != (0,)
+
+
+# what each input fills besides the phase model's tables: devices (CUDA), metrics and energy,
+# the Chrome trace JSON's own tables
+OTHER_READERS = {
+    "scorep/casita-2_cuda_simple": {"device_phases"},
+    "scorep-metrics/mi300-rocm-smi-energy": {"metrics", "power", "energy_phases", "device_phases"},
+    "kineto/hta_sampled_2rank": {"chrome_events", "chrome_files", "correlations", "device_phases"},
+}
+
+
+@pytest.mark.parametrize("source", ["literal", *OTHER_READERS])
+def test_pyarrow_and_pandas_read_every_table_without_us(source: str, tmp_path: Path) -> None:
+    """Any Parquet engine reads a run: pyarrow (what pandas, Dask and Spark's Python side read
+    Parquet with) reads each table's folder as one dataset, hive partitions included, and
+    gets the view's rows, from the codec's files (delta-encoded integers, dictionary text,
+    JSON) and DuckDB's alike."""
+    import pandas as pd
+    import pyarrow.dataset as ds
+
+    if source == "literal":
+        run = literal_run(tmp_path / "run")
+    else:
+        run = tmp_path / "run"
+        shutil.copytree(ROOT / "tests" / "fixtures" / source, run)
+    db = analyze.open(run)
+    link = run / "tables"
+    filled = set()
+    for table in PARQUET_TABLES:
+        arrow = ds.dataset(link / table.name, format="parquet",
+                           partitioning="hive" if table.partition_by else None).to_table()
+        assert sorted(arrow.column_names) == sorted(table.names), table.name
+        cols = ", ".join(f"{c}::VARCHAR" for c in table.names)  # as text: TIMESTAMPTZ needs pytz
+        reader = duckdb.connect()
+        reader.register("read_by_pyarrow", arrow)
+        got = reader.execute(f"select {cols} from read_by_pyarrow order by all").fetchall()
+        assert got == db.execute(f"select {cols} from {table.name} order by all").fetchall(), table.name
+        assert len(pd.read_parquet(link / table.name)) == len(got), table.name
+        if got:
+            filled.add(table.name)
+    assert {"intervals", "steps", "phases"} | OTHER_READERS.get(source, {"collectives", "p2p"}) <= filled
 
 
 def doc_queries() -> list[tuple[str, str]]:
