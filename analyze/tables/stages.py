@@ -98,9 +98,9 @@ CHANNELS = table_of("channel_rows", {"channel_id": np.int64, "metric_id": np.int
                                      "name": object, "unit": object, "mode": object, "scale": np.float64})
 # The intervals the steps and the phase sweep look at (main threads; steps and the regions
 # that give segments): in our DDP traces about one in seven, so the later stages scan these
-# instead of every interval. The queries still filter as they would over all intervals. Only
-# the columns those queries read (where most intervals are main, this copy costs the read
-# stage as much as the intervals' own files: a little over half as much with six columns).
+# instead of every interval (the bench's synthetic archive too). The queries still filter as
+# they would over all intervals. Only the columns those queries read, which are also those of
+# the communication regions' instances (COMM_INTERVALS).
 _SWEPT = ("location_id", "rank", "idx", "region_id", "start_ns", "end_ns")
 MAIN_INTERVALS = Table("main_intervals", "", (*(c for c in INTERVALS.columns if c.name in _SWEPT),
                                              Column("rank_group", "INTEGER", "")), "rank_group")
@@ -391,8 +391,7 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
                         "rank_group": spec.group_of(dev_rows["rank"])}, tag)
                 if len(comm_regions):
                     comm = comm_regions.of(rows["region_id"])
-                    spec.work.write_arrays(con, COMM_INTERVALS, _picked({c.name: rows[c.name]
-                                                                         for c in COMM_INTERVALS.columns}, comm), tag)
+                    spec.work.write_arrays(con, COMM_INTERVALS, _picked(swept, comm), tag)
             for table, raw in ((RAW_COLLECTIVES, chunk.collectives), (RAW_MESSAGES, chunk.messages),
                                (RAW_METRICS, chunk.metrics)):
                 if len(raw["rank"]):

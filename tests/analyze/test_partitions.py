@@ -101,12 +101,12 @@ def test_pyarrow_and_pandas_read_every_table_without_us(source: str, tmp_path: P
     db = analyze.open(run)
     link = run / "tables"
     filled = set()
+    reader = duckdb.connect()
     for table in PARQUET_TABLES:
         arrow = ds.dataset(link / table.name, format="parquet",
                            partitioning="hive" if table.partition_by else None).to_table()
         assert sorted(arrow.column_names) == sorted(table.names), table.name
         cols = ", ".join(f"{c}::VARCHAR" for c in table.names)  # as text: TIMESTAMPTZ needs pytz
-        reader = duckdb.connect()
         reader.register("read_by_pyarrow", arrow)
         got = reader.execute(f"select {cols} from read_by_pyarrow order by all").fetchall()
         assert got == db.execute(f"select {cols} from {table.name} order by all").fetchall(), table.name
