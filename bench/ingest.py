@@ -52,11 +52,12 @@ def child(stage: str, run: str, reader: str, db: str) -> None:
         used, defs = dispatch.definitions(database.resolve(run, db).anchor, reader)
         engine = LocalEngine()
         plan = stages.plan(defs, used, engine.workers)
-        main_locations, main_regions = stages.main_of(defs)
+        main_locations, main_regions, step_regions = stages.main_of(defs)
         with tempfile.TemporaryDirectory(prefix="bench-ingest-", dir=Path(db).parent) as root:
             spec = stages.Spec(str(database.resolve(run, db).anchor), root, used, defs.global_offset,
                                defs.resolution, plan.buckets, main_locations=main_locations,
-                               main_regions=main_regions, group_starts=plan.group_starts)
+                               main_regions=main_regions, step_regions=step_regions,
+                               group_starts=plan.group_starts)
             stages.prepare_directories(spec)
             events = sum(s.stats.events for s in engine.run("read", stages.read, plan.read, spec))
             stages.release(root)

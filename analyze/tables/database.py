@@ -305,12 +305,13 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
     their files, and the channels follow from the metrics the samples reference."""
     t0 = time.perf_counter()
     plan = stages.plan(defs, reader, engine.workers)
-    main_locations, main_regions = stages.main_of(defs, categories)
+    main_locations, main_regions, step_regions = stages.main_of(defs, categories)
     kinds = [k for (k,) in con.execute("SELECT kind FROM region_patterns").fetchall()]
     spec = stages.Spec(anchor=str(paths.anchor), root=str(store.root), reader=reader,
                        global_offset=defs.global_offset, resolution=defs.resolution,
                        buckets=plan.buckets, chunk_rows=chunk_rows, step_region=step_region,
                        memory=memory, main_locations=main_locations, main_regions=main_regions,
+                       step_regions=step_regions,
                        group_starts=plan.group_starts, comm_regions=stages.comm_of(categories, kinds),
                        device_locations=tuple(loc.location_id for loc in defs.locations
                                               if loc.kind == "accelerator_stream" and not loc.is_main))

@@ -217,6 +217,38 @@ def test_python_reader_and_step_region(tmp_path: Path, dask_engine: object) -> N
     assert {row[-1] for row in tables["steps"]} == {"region:outer"}
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_marker_steps_numbered_in_numpy_as_the_query_numbers_them(seed: int, tmp_path: Path) -> None:
+    # several ranks in a group, in several files, unsorted, with steps starting at the same
+    # time (then by position): the numpy numbering equals steps.candidate("marker")'s
+    import duckdb
+    import numpy as np
+
+    from analyze.tables import steps
+
+    rng = np.random.default_rng(seed)
+    spec = stages.Spec(anchor="", root=str(tmp_path), reader="native", global_offset=0, resolution=1, buckets=1)
+    con = duckdb.connect()
+    for k in range(3):
+        n = int(rng.integers(1, 400))
+        start = rng.integers(0, 50, n) * 1000  # ties
+        rows = {"location_id": rng.integers(0, 3, n), "rank": rng.integers(0, 5, n).astype(np.int32),
+                "idx": rng.permutation(n) + 1000 * k, "region_id": np.full(n, 7), "start_ns": start,
+                "end_ns": start + rng.integers(0, 900, n), "rank_group": np.zeros(n, np.int32)}
+        spec.work.write_arrays(con, stages.STEP_INTERVALS, rows, f"b{k}c0")
+    numbered = stages._marker_steps(spec, 0)
+    assert numbered is not None
+    got = sorted(zip(*(np.asarray(numbered[c]).tolist() for c in ("rank", "step", "start_ns", "end_ns",
+                                                                     "duration_ns")), strict=True))
+    spec.work.view(con, stages.STEP_INTERVALS, [0], name="intervals")
+    con.execute("CREATE VIEW regions AS SELECT 7::BIGINT AS region_id, 'step' AS category")
+    con.execute("CREATE VIEW locations AS SELECT unnest([0, 1, 2])::BIGINT AS location_id, true AS is_main")
+    want = sorted(con.execute(f"SELECT rank, step, start_ns, end_ns, duration_ns FROM ({steps.candidate('marker')})"
+                              ).fetchall())
+    assert got == want and len(want) > 3
+    assert stages._marker_steps(spec, 1) is None  # no markers: the query writes the empty file
+
+
 @pytest.mark.parametrize("ids", [(), (0,), (3, 7, 9), (1 << 40, 5), (-2, 4)])
 def test_read_tasks_pick_rows_by_id_as_isin_does(ids: tuple[int, ...]) -> None:
     import numpy as np
