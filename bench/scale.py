@@ -76,6 +76,7 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
             engine = DaskEngine.connect(None, workers=int(kind[4:]))
             out["cluster_start_seconds"] = time.perf_counter() - t0
         reader = "python" if kind == "python" else "native"
+        cpu0 = time.process_time()  # every thread of this process
         t0 = time.perf_counter()
         paths = analyze.build(run, db=db, force=True, reader=reader, engine=engine)  # type: ignore[arg-type]
         with duckdb.connect(str(paths.db), read_only=True) as con:
@@ -83,6 +84,8 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
             out["events"] = con.execute("select events from runs").fetchone()[0]  # type: ignore[index]
             info = dict(con.execute("select key, value from build_info").fetchall())
         out["seconds"] = time.perf_counter() - t0
+        out["cpu_seconds"] = time.process_time() - cpu0
+        out["cores"] = len(os.sched_getaffinity(0))
         out["stages"] = json.loads(info["stages"])
         if kind.startswith("dask"):
             out["worker_rss_mb"] = max(engine.peak_rss_mb().values())  # type: ignore[attr-defined]
@@ -140,7 +143,7 @@ def ratios(ns: argparse.Namespace, tmp: Path) -> None:
                          rss / m * n, ratio, spread, "per event from the line above", ""])
     print(measure.table(["tool", "events", "runs", "s (median)", "M ev/s", "peak RSS MB", "x ours (per event)",
                          "x ours per round", "how", "load (1/5 min) per run"], rows))
-    stages(ours["stages"])
+    stages(ours["stages"], ours)
 
 
 def _median_run(runs: list[dict]) -> dict:
@@ -152,9 +155,18 @@ def _median_run(runs: list[dict]) -> dict:
     return out
 
 
-def stages(times: list[dict]) -> None:
-    print(measure.table(["stage", "tasks", "wall s", "tasks' summed s", "longest task s"],
-                        [[t["label"], t["tasks"], t["wall"], t["busy"], t["longest"]] for t in times]))
+def stages(times: list[dict], run: dict | None = None) -> None:
+    """The stages' times; given the whole run, also the time outside them (the driver: the
+    definitions, the database, the views, reopening it for the summary) and the CPU time of
+    every thread, which bounds the wall time from below on this machine's cores."""
+    rows = [[t["label"], t["tasks"], t["wall"], t["busy"], t["longest"]] for t in times]
+    if run is not None:
+        rows.append(["outside the stages (driver)", "", run["seconds"] - sum(t["wall"] for t in times), "", ""])
+    print(measure.table(["stage", "tasks", "wall s", "tasks' summed s", "longest task s"], rows))
+    if run is not None and "cpu_seconds" in run:
+        cpu, cores = run["cpu_seconds"], run["cores"]
+        print(f"CPU time of the run (every thread): {cpu:.2f} s; on {cores} cores no schedule of it takes "
+              f"less than {cpu / cores:.2f} s (wall {run['seconds']:.2f} s)")
 
 
 def big(ns: argparse.Namespace, tmp: Path) -> None:
@@ -165,7 +177,7 @@ def big(ns: argparse.Namespace, tmp: Path) -> None:
     print(measure.table(["events", "runs", "s", "M ev/s", "peak RSS MB", "load (1/5 min) per run"],
                         [[f"{n:,}", out["runs"], out["seconds"], n / out["seconds"] / 1e6, out["rss_mb"],
                           out["loads"]]]))
-    stages(out["stages"])
+    stages(out["stages"], out)
 
 
 def task_shares(defs, workers: int) -> list[list[float]]:  # type: ignore[no-untyped-def]
