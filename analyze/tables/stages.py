@@ -603,11 +603,21 @@ def _marker_steps(spec: Spec, number: int) -> dict[str, np.ndarray | Codes] | No
     """The group's candidate steps from its markers (its STEP_INTERVALS: the main threads'
     intervals of step regions), numbered per rank by start, then position, as the marker
     query numbers them, in numpy (a tenth of the query's 20 ms over a rank's 44k markers);
-    None, for the query, when the codec did not write the files or there are no markers (the
-    query still writes the group's file of none)."""
+    None, for the query, when the codec did not write the files, there are no markers (the
+    query still writes the group's file of none) or more than COLLECTIVE_ROWS (the query's
+    sort spills to disk beyond DuckDB's memory limit)."""
     files = sorted((spec.work.dir(STEP_INTERVALS) / f"{STEP_INTERVALS.partition_by}={number}").glob("*.parquet"))
-    parts = [spec.work.read_arrays(f) for f in files]
-    if not parts or any(part is None for part in parts):
+    parts = []
+    held = 0
+    for f in files:
+        part = spec.work.read_arrays(f)
+        if part is None:
+            return None
+        held += len(part["idx"])
+        if held > COLLECTIVE_ROWS:
+            return None
+        parts.append(part)
+    if not parts:
         return None
     rows = {c: np.concatenate([part[c] for part in parts])  # type: ignore[index]
             for c in ("rank", "idx", "start_ns", "end_ns")}

@@ -218,7 +218,8 @@ def test_python_reader_and_step_region(tmp_path: Path, dask_engine: object) -> N
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_marker_steps_numbered_in_numpy_as_the_query_numbers_them(seed: int, tmp_path: Path) -> None:
+def test_marker_steps_numbered_in_numpy_as_the_query_numbers_them(seed: int, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     # several ranks in a group, in several files, unsorted, with steps starting at the same
     # time (then by position): the numpy numbering equals steps.candidate("marker")'s
     import duckdb
@@ -247,6 +248,8 @@ def test_marker_steps_numbered_in_numpy_as_the_query_numbers_them(seed: int, tmp
                               ).fetchall())
     assert got == want and len(want) > 3
     assert stages._marker_steps(spec, 1) is None  # no markers: the query writes the empty file
+    monkeypatch.setattr(stages, "COLLECTIVE_ROWS", len(want) - 1)
+    assert stages._marker_steps(spec, 0) is None  # more than memory should hold: the query, which spills
 
 
 @pytest.mark.parametrize("ids", [(), (0,), (3, 7, 9), (1 << 40, 5), (-2, 4)])
