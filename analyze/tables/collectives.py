@@ -158,7 +158,7 @@ def number(raw: Mapping[str, np.ndarray], named: Mapping[str, np.ndarray], main:
         at = at[defined]
     rows["is_async"] = ~flags[at] if len(ids) else np.zeros(0, bool)
     begin = rows.pop("begin_ns")
-    rows["seq"] = _numbered(rows["rank"], rows["comm_id"], rows["enter_ns"], rows["location_id"],
+    rows["seq"] = numbered(rows["rank"], rows["comm_id"], rows["enter_ns"], rows["location_id"],
                             rows["interval_idx"], begin)
     is_root = np.zeros(len(begin), bool)
     rooted = np.flatnonzero(rows["root"] >= 0)
@@ -174,9 +174,9 @@ def number(raw: Mapping[str, np.ndarray], named: Mapping[str, np.ndarray], main:
     return rows
 
 
-def _numbered(rank: np.ndarray, comm: np.ndarray, *order: np.ndarray) -> np.ndarray:
+def numbered(rank: np.ndarray, comm: np.ndarray, *order: np.ndarray) -> np.ndarray:
     """Each row's position among the rows of its rank and communicator, in ``order`` (keys,
-    most significant first)."""
+    most significant first). (The steps' markers are numbered so, with one communicator.)"""
     n = len(rank)
     if n == 0:
         return np.zeros(0, np.int64)

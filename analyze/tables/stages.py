@@ -107,8 +107,9 @@ MAIN_INTERVALS = Table("main_intervals", "", (*(c for c in INTERVALS.columns if 
 MAIN_CATEGORIES = (Category.STEP, *phases.SEGMENT_CATEGORIES)
 # The intervals of accelerator streams, for the device phases (kernels, copies: few per step).
 DEVICE_INTERVALS = Table("device_intervals", "", MAIN_INTERVALS.columns, "rank_group")
-# The main threads' intervals of step regions (our markers: one per step), for the marker
-# steps' query, which would otherwise scan all of MAIN_INTERVALS (30-40 ms a task at 10M events).
+# The main threads' intervals of step regions (our markers: one per step), which the marker
+# steps are numbered from (_marker_steps; the query where it declines), rather than from all
+# of MAIN_INTERVALS (a query over them took 30-40 ms a task at 10M events).
 STEP_INTERVALS = Table("step_intervals", "", MAIN_INTERVALS.columns, "rank_group")
 # a group's candidate steps from the markers, as steps.candidate("marker") gives them
 MARKER_STEPS = table_of("steps_marker", {"rank": np.int32, "step": np.int64, "start_ns": np.int64,
@@ -599,6 +600,11 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         con.close()
 
 
+def _group_files(spec: Spec, table: Table, number: int) -> list[Path]:
+    """The files of group ``number``'s partition of a work table partitioned by rank_group."""
+    return sorted((spec.work.dir(table) / f"{table.partition_by}={number}").glob("*.parquet"))
+
+
 def _marker_steps(spec: Spec, number: int) -> dict[str, np.ndarray | Codes] | None:
     """The group's candidate steps from its markers (its STEP_INTERVALS: the main threads'
     intervals of step regions), numbered per rank by start, then position, as the marker
@@ -606,10 +612,9 @@ def _marker_steps(spec: Spec, number: int) -> dict[str, np.ndarray | Codes] | No
     None, for the query, when the codec did not write the files, there are no markers (the
     query still writes the group's file of none) or more than COLLECTIVE_ROWS (the query's
     sort spills to disk beyond DuckDB's memory limit)."""
-    files = sorted((spec.work.dir(STEP_INTERVALS) / f"{STEP_INTERVALS.partition_by}={number}").glob("*.parquet"))
     parts = []
     held = 0
-    for f in files:
+    for f in _group_files(spec, STEP_INTERVALS, number):
         part = spec.work.read_arrays(f)
         if part is None:
             return None
@@ -619,13 +624,8 @@ def _marker_steps(spec: Spec, number: int) -> dict[str, np.ndarray | Codes] | No
         parts.append(part)
     if not parts:
         return None
-    rows = {c: np.concatenate([part[c] for part in parts])  # type: ignore[index]
-            for c in ("rank", "idx", "start_ns", "end_ns")}
-    order = np.lexsort((rows["idx"], rows["start_ns"], rows["rank"]))
-    rank, start, end = rows["rank"][order], rows["start_ns"][order], rows["end_ns"][order]
-    first = np.flatnonzero(np.r_[True, rank[1:] != rank[:-1]])  # each rank's first step
-    position = np.arange(len(rank), dtype=np.int64)
-    step = position - np.repeat(first, np.diff(np.r_[first, len(rank)]))
+    rank, idx, start, end = (np.concatenate([part[c] for part in parts]) for c in ("rank", "idx", "start_ns", "end_ns"))
+    step = collectives.numbered(rank, np.zeros(len(rank), np.int64), start, idx)  # one communicator
     return {"rank": rank, "step": step, "start_ns": start, "end_ns": end, "duration_ns": end - start,
             "source": Codes(np.zeros(len(rank), np.int32), ("marker",))}
 
@@ -636,8 +636,7 @@ def _raw_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, number: int, lo
     codec (DuckDB's view group_raw_collectives where it did not write them). A read task's
     file holds several ranks, so a group numbered in several batches reads its files again
     for each."""
-    files = sorted((spec.work.dir(RAW_COLLECTIVES) / f"{RAW_COLLECTIVES.partition_by}={number}").glob("*.parquet"))
-    parts = [spec.work.read_arrays(f) for f in files]
+    parts = [spec.work.read_arrays(f) for f in _group_files(spec, RAW_COLLECTIVES, number)]
     if any(part is None for part in parts):
         return con.sql(f"SELECT * EXCLUDE (rank_group) FROM group_raw_collectives "
                        f"WHERE rank BETWEEN {lo} AND {hi}").fetchnumpy()
@@ -803,7 +802,7 @@ def _segments_in_memory(spec: Spec, con: duckdb.DuckDBPyConnection, number: int,
     the intervals."""
     if finished is None:
         return None
-    files = sorted((spec.work.dir(MAIN_INTERVALS) / f"{MAIN_INTERVALS.partition_by}={number}").glob("*.parquet"))
+    files = _group_files(spec, MAIN_INTERVALS, number)
     levels = con.sql(phases.LEVELS).fetchnumpy()
     devices = np.array([i for (i,) in con.execute(
         "SELECT location_id FROM locations WHERE kind = 'accelerator_stream'").fetchall()], np.int64)
