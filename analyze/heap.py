@@ -17,7 +17,9 @@ faults. :func:`keep_freed_memory` makes the process keep it instead:
 Measured (bench/README.md, "Issue 19, fifth pass"; the build alone, interleaved): page faults
 160k -> 93k, kernel time 0.65 -> 0.46 s, CPU time 2.25 -> 2.13 s. The cost is memory held
 after a peak (up to the trim threshold), which suits a command that builds and exits. DuckDB
-allocates with its own jemalloc and is not affected.
+allocates its buffers with its own jemalloc, but its idle background threads call glibc's
+``malloc_trim``, which undoes all of this: a build's DuckDB instances have none
+(analyze/tables/stages.py, ``ONE_THREAD``).
 
 The ``analyze`` command applies this when it starts, before any thread exists (a thread that
 has made its own arena keeps it). A library user's process is left alone: ``analyze.build``

@@ -204,7 +204,10 @@ def build(
         runner = engine  # type: ignore[assignment]
     try:
         runner.everywhere(stages.warm, str(root), config.get("memory_limit"))
-        with duckdb.connect(str(tmp), config=config) as con:
+        # the driver's statements are small: one thread, no DuckDB worker to trim this
+        # process's heap while the stages run (stages.ONE_THREAD); the causes' queries and the
+        # energy's get every core back
+        with duckdb.connect(str(tmp), config={**config, **stages.ONE_THREAD}) as con:
             # one transaction: the driver's hundred-odd statements (tables, views, small
             # inserts) commit once, not each on its own (0.4 ms less each); nothing else reads
             # this database before it is installed
@@ -272,6 +275,8 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
         con.execute(f"DROP TABLE {table.name}")
         store.view(con, table)
     # from the tables the stages wrote: the channels' sample counts, then energy
+    if not channels.empty:
+        con.execute("RESET threads")  # the energy's joins, over every core
     metrics.fill_channels(con, channels)
     build_energy(con, ours=defs.creator.startswith("dltrace"))
     _run_row(con, paths, defs, stats, used)
@@ -546,6 +551,7 @@ def has_causes(paths: RunPaths) -> bool:
 
 
 def _fill_causes(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("RESET threads")  # a build's connection has one (stages.ONE_THREAD)
     t0 = time.perf_counter()
     build_causes(con)
     _insert(con, BUILD_INFO, [("causes_seconds", f"{time.perf_counter() - t0:.3f}")])

@@ -264,8 +264,19 @@ def prepare_directories(spec: Spec) -> None:
 
 # ---- one DuckDB per process and build ------------------------------------------------------
 
+# DuckDB's instances here start with one thread and no asynchronous I/O threads, and keep the
+# thread count a stage asks for until the next stage asks for another. Each of DuckDB's
+# background threads (its workers, and its 8 asynchronous I/O threads by default), once idle
+# for half a second, calls glibc's malloc_trim (Allocator::ThreadFlush), and so does every
+# change of the thread count (Allocator::FlushAll): malloc_trim hands every free page of the
+# heap back to the kernel, the memory the analyze command keeps on purpose (analyze/heap.py),
+# and the next chunks fault it in again, zeroed. With one thread and no asynchronous ones
+# DuckDB runs queries on the calling thread and has no background thread to idle.
+ONE_THREAD = {"threads": 1, "async_threads": 0}
+
 _instances: dict[str, duckdb.DuckDBPyConnection] = {}
-_threads: dict[str, int | None] = {}  # as last set on each instance
+_threads: dict[str, int | None] = {}  # as last set on each instance (None: DuckDB's default)
+
 _defined: set[str] = set()  # builds whose instance has the definitions' views
 _lock = threading.Lock()
 
@@ -275,10 +286,10 @@ def _connect(spec: Spec) -> duckdb.DuckDBPyConnection:
     process share its memory limit, and it spills into the build's own directory."""
     with _lock:
         con = _instance(spec.root, spec.memory)
-        if spec.threads is not None and _threads[spec.root] != spec.threads:
+        if _threads[spec.root] != spec.threads:
             # the tasks of one stage share the instance and ask for the same, so this happens
-            # once per stage, before its queries
-            con.execute(f"SET threads = {int(spec.threads)}")
+            # once per stage, before its queries (None: DuckDB's default, every core)
+            con.execute("RESET threads" if spec.threads is None else f"SET threads = {int(spec.threads)}")
             _threads[spec.root] = spec.threads
         return con.cursor()
 
@@ -288,11 +299,12 @@ def _instance(root: str, memory: str | None) -> duckdb.DuckDBPyConnection:
     con = _instances.get(root)
     if con is None:
         spill = Path(root) / WORK / f"spill-{os.uname().nodename}-{os.getpid()}"
-        config: dict[str, Any] = {"preserve_insertion_order": False, "temp_directory": str(spill)}
+        config: dict[str, Any] = {"preserve_insertion_order": False, "temp_directory": str(spill),
+                                  **ONE_THREAD}
         if memory is not None:
             config["memory_limit"] = memory
         con = _instances[root] = duckdb.connect(config=config)
-        _threads[root] = None
+        _threads[root] = 1
     return con
 
 

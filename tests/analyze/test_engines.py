@@ -12,15 +12,17 @@ started once for the module.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import analyze
 from analyze.engine.local import LocalEngine
 from analyze.schema import COLLECTIVES, REGIONS
-from analyze.tables import stages
+from analyze.tables import database, stages
 from tests.analyze.snapshot import snapshot
 from tests.analyze.test_native_reader import random_spec
 from tests.conftest import ROOT
@@ -272,12 +274,67 @@ def test_duckdb_threads_follow_the_tasks_that_run_at_once(tmp_path: Path, dask_e
 
     root = str(tmp_path / "tables")
     spec = stages.Spec(anchor="", root=root, reader="native", global_offset=0, resolution=1, buckets=1)
+    default = _duckdb_default_threads()
     try:
-        for threads, expected in ((3, 3), (1, 1), (None, 1)):  # None: as last set
+        for threads, expected in ((3, 3), (1, 1), (None, default), (2, 2)):  # None: DuckDB's default
             con = stages._connect(dataclasses.replace(spec, threads=threads))
             assert con.execute("SELECT current_setting('threads')").fetchone() == (expected,)
     finally:
         stages.release(root)
+
+
+def _duckdb_default_threads() -> int:
+    with duckdb.connect() as con:
+        found = con.execute("SELECT current_setting('threads')").fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def _process_threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="counts threads in /proc (Linux)")
+def test_a_builds_duckdb_has_no_background_thread_to_trim_the_heap(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB's background threads (workers, asynchronous I/O) call malloc_trim when idle,
+    handing back the heap the analyze command keeps (stages.ONE_THREAD): the stages' instance
+    and the driver's database start none, and run their queries on the calling thread; the
+    cause tables' queries get every core back."""
+    root = str(tmp_path / "tables")
+    spec = stages.Spec(anchor="", root=root, reader="native", global_offset=0, resolution=1, buckets=1,
+                       threads=1)
+    before = _process_threads()
+    try:
+        con = stages._connect(spec)
+        assert con.execute("SELECT current_setting('threads'), current_setting('async_threads')").fetchone() == (1, 0)
+        con.execute("SELECT sum(i) FROM range(1000000) t(i)").fetchone()
+        assert _process_threads() == before
+    finally:
+        stages.release(root)
+        stages.settle()
+
+    made: list[tuple[object, ...]] = []
+    real_connect = duckdb.connect
+
+    def spy(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        con = real_connect(*args, **kwargs)  # type: ignore[arg-type]
+        if not kwargs.get("read_only"):
+            made.append(con.execute("SELECT current_setting('threads'), current_setting('async_threads')").fetchone())
+        return con
+
+    causes_threads: list[int] = []
+    real_causes = database.build_causes
+
+    def causes(con: duckdb.DuckDBPyConnection) -> None:
+        causes_threads.append(con.execute("SELECT current_setting('threads')").fetchone()[0])  # type: ignore[index]
+        real_causes(con)
+
+    monkeypatch.setattr(duckdb, "connect", spy)
+    monkeypatch.setattr(database, "build_causes", causes)
+    analyze.build(literal_run(tmp_path / "run"), engine=LocalEngine(2), causes=True)
+    assert made and all(settings == (1, 0) for settings in made), made  # the driver's and the stages'
+    assert causes_threads == [_duckdb_default_threads()]
 
 
 def test_an_engine_of_ones_own_without_threads_per_task_still_builds(tmp_path: Path) -> None:
