@@ -161,7 +161,7 @@ def build(
     db: Path | str | None = None,
     force: bool = False,
     step_region: str | None = None,
-    chunk_rows: int = 500_000,
+    chunk_rows: int = stages.CHUNK_ROWS,
     reader: str = "auto",
     engine: Engine | Callable[[], Engine] | str | None = None,
     patterns: Path | str | None = None,
