@@ -285,7 +285,6 @@ ONE_THREAD = {"threads": 1, "async_threads": 0}
 
 _instances: dict[str, duckdb.DuckDBPyConnection] = {}
 _threads: dict[str, int | None] = {}  # as last set on each instance (None: DuckDB's default)
-
 _defined: set[str] = set()  # builds whose instance has the definitions' views
 _lock = threading.Lock()
 
@@ -313,7 +312,7 @@ def _instance(root: str, memory: str | None) -> duckdb.DuckDBPyConnection:
         if memory is not None:
             config["memory_limit"] = memory
         con = _instances[root] = duckdb.connect(config=config)
-        _threads[root] = 1
+        _threads[root] = ONE_THREAD["threads"]
     return con
 
 
