@@ -204,10 +204,12 @@ def build(
         runner = engine  # type: ignore[assignment]
     try:
         runner.everywhere(stages.warm, str(root), config.get("memory_limit"))
-        # the driver's statements are small: one thread, no DuckDB worker to trim this
-        # process's heap while the stages run (stages.ONE_THREAD); the causes' queries and the
-        # energy's get every core back
-        with duckdb.connect(str(tmp), config={**config, **stages.ONE_THREAD}) as con:
+        # the driver's database, attached to this process's DuckDB for the build (the local
+        # engine's tasks use the same one): one thread, no DuckDB worker to trim this process's
+        # heap while the stages run (stages.ONE_THREAD); the causes' queries and the energy's
+        # get every core back
+        con = stages.attach(str(root), config.get("memory_limit"), tmp)
+        try:
             # one transaction: the driver's hundred-odd statements (tables, views, small
             # inserts) commit once, not each on its own (0.4 ms less each); nothing else reads
             # this database before it is installed
@@ -217,6 +219,8 @@ def build(
             con.execute("COMMIT")
             if causes:
                 _fill_causes(con)
+        finally:
+            stages.detach(str(root), con)
         _install(paths, tmp, root)
     except BaseException as e:
         tmp.unlink(missing_ok=True)
@@ -229,6 +233,7 @@ def build(
         raise
     finally:
         runner.everywhere(stages.release, str(root))  # (made before the stages: also when they did not run)
+        stages.release(str(root))  # the driver's (the local engine's: already released above)
         stages.settle()
         if own:
             runner.close()

@@ -310,9 +310,9 @@ print(threads, io_threads, len(os.listdir("/proc/self/task")) - before)
 def test_a_builds_duckdb_has_no_background_thread_to_trim_the_heap(tmp_path: Path,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """DuckDB's background threads (workers, asynchronous I/O) call malloc_trim when idle,
-    handing back the heap the analyze command keeps (stages.ONE_THREAD): the stages' instance
-    and the driver's database start none, and run their queries on the calling thread; the
-    cause tables' queries get every core back."""
+    handing back the heap the analyze command keeps (stages.ONE_THREAD): a build's instance
+    (the stages', with the driver's database attached to it) starts none, and runs its queries
+    on the calling thread; the cause tables' queries get every core back."""
     counted = subprocess.run([sys.executable, "-c", _COUNT_THREADS, str(tmp_path / "tables")], cwd=ROOT,
                              capture_output=True, text=True, timeout=120, check=True)
     assert counted.stdout.split() == ["1", "0", "0"], counted.stdout + counted.stderr  # no thread made
@@ -336,8 +336,55 @@ def test_a_builds_duckdb_has_no_background_thread_to_trim_the_heap(tmp_path: Pat
     monkeypatch.setattr(duckdb, "connect", spy)
     monkeypatch.setattr(database, "build_causes", causes)
     analyze.build(literal_run(tmp_path / "run"), engine=LocalEngine(2), causes=True)
-    assert made and all(settings == (1, 0) for settings in made), made  # the driver's and the stages'
+    assert made and all(settings == (1, 0) for settings in made), made
     assert causes_threads == [_duckdb_default_threads()]
+
+
+def test_a_local_build_makes_one_duckdb_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The driver's database is attached to the instance the stages' tasks use (a second
+    instance cost 20-40 ms to make, and a malloc_trim to close); the database file it leaves
+    is complete (checkpointed: no WAL), names no attached database, and nothing of the
+    instance (it is closed, its spill directory gone) outlives the build."""
+    made: list[str] = []
+    real_connect = duckdb.connect
+
+    def spy(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        if not kwargs.get("read_only"):
+            made.append(str(args[0]) if args else ":memory:")
+        return real_connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(duckdb, "connect", spy)
+    paths = analyze.build(literal_run(tmp_path / "run"), engine=LocalEngine(2), causes=True)
+    monkeypatch.undo()
+    assert made == [":memory:"]
+    assert not stages._instances and not stages._attached
+    assert not Path(str(paths.db) + ".wal").exists()
+    assert not list(paths.tables.resolve().glob(".spill-*"))
+    with duckdb.connect(str(paths.db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM intervals").fetchone()[0] > 0  # type: ignore[index]
+        assert con.execute("SELECT count(*) FROM overlap").fetchone()[0] > 0  # type: ignore[index]
+        views = con.execute("SELECT sql FROM duckdb_views() WHERE NOT internal").fetchall()
+        assert views and not any(stages.TARGET + "." in sql for (sql,) in views)
+
+
+def test_a_failed_build_closes_its_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A build that fails after the driver attached its database leaves no instance open, no
+    temporary database, and the next build of the run works."""
+    run = literal_run(tmp_path / "run")
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("a stage failed")
+
+    monkeypatch.setattr(stages, "match", fails)
+    with pytest.raises(RuntimeError, match="a stage failed"):
+        analyze.build(run, engine=LocalEngine(2))
+    monkeypatch.undo()
+    assert not stages._instances and not stages._attached
+    paths = database.resolve(run)
+    assert not list(paths.db.parent.glob(f".{paths.db.name}.tmp-*"))
+    built = analyze.build(run, engine=LocalEngine(2))
+    with duckdb.connect(str(built.db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM phases").fetchone()[0] > 0  # type: ignore[index]
 
 
 def test_an_engine_of_ones_own_without_threads_per_task_still_builds(tmp_path: Path) -> None:
