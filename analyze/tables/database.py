@@ -204,6 +204,8 @@ def build(
         runner = engine  # type: ignore[assignment]
     try:
         runner.everywhere(stages.warm, str(root), config.get("memory_limit"))
+        t0 = time.perf_counter()
+        used, defs = _read_definitions(paths, reader)  # while the instance is made (stages.warm)
         # the driver's database, attached to this process's DuckDB for the build (the local
         # engine's tasks use the same one): one thread, no DuckDB worker to trim this process's
         # heap while the stages run (stages.ONE_THREAD); the causes' queries and the energy's
@@ -215,7 +217,7 @@ def build(
             # this database before it is installed
             con.execute("BEGIN TRANSACTION")
             _fill(con, paths, root, runner, chunk_rows, step_region, _signature(paths, options),
-                  reader, config.get("memory_limit"), names)
+                  used, defs, config.get("memory_limit"), names, t0)
             con.execute("COMMIT")
             if causes:
                 _fill_causes(con)
@@ -254,17 +256,21 @@ def _build_config() -> dict[str, Any]:
     return config
 
 
-def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: Engine, chunk_rows: int,
-          step_region: str | None, signature: str, reader: str, memory: str | None, names: PatternSet) -> None:
-    t0 = time.perf_counter()
-    first_stage = len(engine.stages)  # an engine may have built other runs before
-    store = Store(root)
+def _read_definitions(paths: RunPaths, reader: str) -> tuple[str, Definitions]:
+    """The reader used and the archive's definitions (saying so when the native reader is not
+    built)."""
     notice = dispatch.fallback_notice(reader)
     if notice:
         print(notice, file=sys.stderr)
-    chrome_json = dispatch.is_chrome(paths.anchor)
-    with _archive_errors(chrome_json):
-        used, defs = dispatch.definitions(paths.anchor, reader)
+    with _archive_errors(dispatch.is_chrome(paths.anchor)):
+        return dispatch.definitions(paths.anchor, reader)
+
+
+def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: Engine, chunk_rows: int,
+          step_region: str | None, signature: str, used: str, defs: Definitions, memory: str | None,
+          names: PatternSet, t0: float) -> None:
+    first_stage = len(engine.stages)  # an engine may have built other runs before
+    store = Store(root)
     # Tables the stages do not write start as DuckDB tables and are exported at the end.
     for table in TABLES:
         if table not in stages.STAGE_TABLES:
@@ -593,17 +599,23 @@ def _tables_of(con: duckdb.DuckDBPyConnection) -> str | None:
     return row[0] if row else None
 
 
+# Literal rows up to this many are inserted by one statement of parameters: executemany takes
+# about half a millisecond a row, and a process's first DataFrame scan 10-15 ms. More (a Kineto
+# trace defines thousands of kernel names) go through a DataFrame.
+VALUES_ROWS = 200
+
+
 def _insert(con: duckdb.DuckDBPyConnection, table: str, rows: list[tuple]) -> None:
-    """Insert literal rows (DuckDB's executemany rejects an empty list, and takes about half a
-    millisecond a row: a Kineto trace defines thousands of kernel names)."""
-    if len(rows) > 100:
+    """Insert literal rows (each row's values in the table's column order)."""
+    if len(rows) > VALUES_ROWS:
         frame = pd.DataFrame(rows, dtype=object)
         frame.columns = [f"c{i}" for i in range(frame.shape[1])]
         con.register("literal_rows", frame)
         con.execute(f"INSERT INTO {table} SELECT * FROM literal_rows")
         con.unregister("literal_rows")
     elif rows:
-        con.executemany(f"INSERT INTO {table} VALUES ({', '.join('?' * len(rows[0]))})", rows)
+        row = "(" + ", ".join("?" * len(rows[0])) + ")"
+        con.execute(f"INSERT INTO {table} VALUES " + ", ".join([row] * len(rows)), [v for r in rows for v in r])
 
 
 def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: PatternSet) -> dict[int, str]:
@@ -621,14 +633,16 @@ def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: Patte
             by_pattern.append((r.region_id, c.pattern.library, str(c.pattern.kind), c.pattern.blocking))
     con.execute("CREATE TEMP TABLE region_patterns (region_id BIGINT, library VARCHAR, kind VARCHAR, blocking BOOLEAN)")
     _insert(con, "region_patterns", by_pattern)
-    # through a DataFrame: executemany takes about a millisecond per row (8,192 locations: 8 s)
+    # many through a typed DataFrame (8,192 locations), a few as literal rows
     for table, rows in (
         ("locations", [(x.location_id, x.rank, x.thread, x.name, x.kind, x.is_main, x.events)
                        for x in defs.locations]),
         ("regions", regions),
         ("communicators", [(c.comm_id, c.name, len(c.members), c.members) for c in defs.comms]),
     ):
-        if rows:
+        if len(rows) <= VALUES_ROWS:
+            _insert(con, table, rows)
+        else:
             frame = pd.DataFrame(rows, columns=BY_NAME[table].names)
             con.register("definition_rows", frame)
             con.execute(f"INSERT INTO {table} SELECT * FROM definition_rows")
