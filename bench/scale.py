@@ -5,12 +5,12 @@ events, and on the Dask engine with 1 and 2 workers (and what that predicts for 
     python -m bench.scale big --events 100M
     python -m bench.scale dask --events 1G --ranks 16 --workers 1,2
 
-``ratios``: OTF2 -> queryable tables, end to end (``analyze.build`` with the local engine, as
-``analyze phases`` runs it), on the same synthetic archive for us; the ``otf2`` package's
-Python API (our pipeline with the Python reader) and Pipit (``pipit.Trace.from_otf2``, then its
-exclusive-time metric, which pairs Enter and Leave as our intervals do; its source fetched from
-github.com/hpcgroup/pipit, not vendored) on smaller archives of the same kind, because they
-read about 0.1 M events/s. Their times are extrapolated per event to the big archive (the
+``ratios``: OTF2 -> queryable tables, end to end (the build with the local engine and the
+summary ``analyze phases`` prints, as it runs them: ``database.built``), on the same synthetic
+archive for us; the ``otf2`` package's Python API (our pipeline with the Python reader) and
+Pipit (``pipit.Trace.from_otf2``, then its exclusive-time metric, which pairs Enter and Leave
+as our intervals do; its source fetched from github.com/hpcgroup/pipit, not vendored) on smaller
+archives of the same kind, because they read about 0.1 M events/s. Their times are extrapolated per event to the big archive (the
 table says which numbers are), which is fair to them: their cost grows at least linearly. The
 three run in rounds (``--rounds``), one run each per round, and each ratio is taken within a
 round: the machine's speed drifts by 10-20% over minutes, more than the runs of one tool differ
@@ -63,10 +63,12 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
     else:
         import duckdb
 
-        import analyze
-        from analyze.tables import database, phases  # imported before the clock starts
+        from analyze import background, power
+        from analyze.cli import phases as phases_cli
+        from analyze.tables import database, device_phases, phases
 
-        assert database
+        # imported before the clock starts, phases_cli.read's own imports too
+        assert background and power and device_phases and phases
 
         engine: object = "local"
         if kind.startswith("dask"):
@@ -78,13 +80,14 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
         reader = "python" if kind == "python" else "native"
         cpu0 = time.process_time()  # every thread of this process
         t0 = time.perf_counter()
-        paths = analyze.build(run, db=db, force=True, reader=reader, engine=engine)  # type: ignore[arg-type]
-        with duckdb.connect(str(paths.db), read_only=True) as con:
-            phases.summary(con)
-            out["events"] = con.execute("select events from runs").fetchone()[0]  # type: ignore[index]
-            info = dict(con.execute("select key, value from build_info").fetchall())
+        # the build and what `analyze phases` prints, as it runs them
+        paths, _ = database.built(run, phases_cli.read, db=db, force=True, reader=reader,
+                                  engine=engine)  # type: ignore[arg-type]
         out["seconds"] = time.perf_counter() - t0
         out["cpu_seconds"] = time.process_time() - cpu0
+        with duckdb.connect(str(paths.db), read_only=True) as con:
+            out["events"] = con.execute("select events from runs").fetchone()[0]  # type: ignore[index]
+            info = dict(con.execute("select key, value from build_info").fetchall())
         out["cores"] = len(os.sched_getaffinity(0))
         out["stages"] = json.loads(info["stages"])
         if kind.startswith("dask"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from analyze.cli.common import display
 
@@ -38,13 +39,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(command=run)
 
 
-def run(ns: argparse.Namespace) -> int:
-    import duckdb
-
+def read(con: Any) -> tuple[Any, ...]:
+    """What ``analyze phases`` prints, from a run's database."""
     from analyze import background, power
+    from analyze.tables import device_phases, phases
+
+    table = phases.summary(con)
+    source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
+    horovod = background.summary(con) if background.available(con) else None
+    energy = power.per_rank(con) if power.available(con) else None
+    device = device_phases.summary(con)
+    ranks_from = con.execute("SELECT value FROM build_info WHERE key = 'ranks_from'").fetchone()
+    return table, source, horovod, energy, device, ranks_from
+
+
+def run(ns: argparse.Namespace) -> int:
+    from analyze import power
     from analyze.engine import Engine, make
     from analyze.errors import AnalyzeError
-    from analyze.tables import database, device_phases, phases
+    from analyze.tables import database
 
     if ns.workers is not None and ns.workers < 1:
         raise AnalyzeError(f"--workers must be at least 1, not {ns.workers}")
@@ -52,24 +65,18 @@ def run(ns: argparse.Namespace) -> int:
     def engine() -> Engine:
         return make(ns.engine, workers=ns.workers, scheduler=ns.scheduler)
 
+    options = {"db": ns.db, "force": ns.force, "step_region": ns.step_region, "patterns": ns.patterns}
     if ns.scheduler == "mpi":
         # every rank but one becomes the cluster here, before anything else happens
         ready = engine()
         try:
-            paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
-                                   patterns=ns.patterns, engine=ready)
+            paths, (table, source, horovod, energy, device, ranks_from) = database.built(
+                ns.run, read, engine=ready, **options)
         finally:
             ready.close()
     else:  # made only if the tables need building
-        paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region,
-                               patterns=ns.patterns, engine=engine)
-    with duckdb.connect(str(paths.db), read_only=True) as con:
-        table = phases.summary(con)
-        source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
-        horovod = background.summary(con) if background.available(con) else None
-        energy = power.per_rank(con) if power.available(con) else None
-        device = device_phases.summary(con)
-        ranks_from = con.execute("SELECT value FROM build_info WHERE key = 'ranks_from'").fetchone()
+        paths, (table, source, horovod, energy, device, ranks_from) = database.built(
+            ns.run, read, engine=engine, **options)
     if energy is not None and len(energy):  # the trace has power: energy columns too
         per = energy.set_index("rank")
         table["step_J"] = table["rank"].map(per["step_j"]).round(2)

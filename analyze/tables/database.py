@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pandas as pd
@@ -67,6 +67,7 @@ BUILD_INFO = "build_info"
 # it spills to disk beyond. Without one DuckDB takes up to 80% of RAM. DLTRACE_BUILD_MEMORY=4GB
 # raises it; "default" leaves DuckDB's own.
 DEFAULT_BUILD_MEMORY = "1GB"
+T = TypeVar("T")
 
 
 @dataclass
@@ -166,6 +167,7 @@ def build(
     engine: Engine | Callable[[], Engine] | str | None = None,
     patterns: Path | str | None = None,
     causes: bool = False,
+    then: Callable[[duckdb.DuckDBPyConnection], Any] | None = None,
 ) -> RunPaths:
     """Make sure ``run``'s database and tables exist and are current; return their paths.
 
@@ -178,6 +180,8 @@ def build(
     used, defaults included, are part of what makes a database current.
     ``causes`` also fills the cause tables (overlap, delays, critical path, balance;
     docs/causes.md), into an existing current database if need be; without it they may be empty.
+    ``then``, when this call builds, is called with the build's own connection once its tables
+    are complete, before the database is installed (see :func:`built`).
     """
     paths = resolve(run, db)
     names = pattern_set.load(patterns)
@@ -221,6 +225,8 @@ def build(
             con.execute("COMMIT")
             if causes:
                 _fill_causes(con)
+            if then is not None:
+                then(con)
         finally:
             stages.detach(str(root), con)
         _install(paths, tmp, root)
@@ -673,6 +679,20 @@ def _run_json(run_dir: Path) -> dict[str, Any]:
         return json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def built(run: Path | str, read: Callable[[duckdb.DuckDBPyConnection], T], **build_options: Any,
+          ) -> tuple[RunPaths, T]:
+    """The run's paths and ``read`` of its database, built first if need be (:func:`build`'s
+    options): on the build's own connection when this call builds it, else on a read-only
+    one. A DuckDB instance made only to read what was just built costs 20-30 ms, a tenth of a
+    small run's build."""
+    out: list[T] = []
+    paths = build(run, then=lambda con: out.append(read(con)), **build_options)
+    if not out:
+        with duckdb.connect(str(paths.db), read_only=True) as con:
+            out.append(read(con))
+    return paths, out[0]
 
 
 def connect(run: Path | str, causes: bool = True, **build_options: Any) -> duckdb.DuckDBPyConnection:

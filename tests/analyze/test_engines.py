@@ -367,6 +367,32 @@ def test_a_local_build_makes_one_duckdb_instance(tmp_path: Path, monkeypatch: py
         assert views and not any(stages.TARGET + "." in sql for (sql,) in views)
 
 
+def test_built_reads_on_the_builds_own_connection(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``database.built`` (what ``analyze phases`` prints from) reads a database it builds on
+    the build's connection, with no second DuckDB instance, and what it reads there is what a
+    read-only connection to the installed database reads; a current database is read on a
+    read-only connection."""
+    from analyze.cli import phases as phases_cli
+
+    run = literal_run(tmp_path / "run")
+    made: list[bool] = []
+    real_connect = duckdb.connect
+
+    def spy(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        made.append(bool(kwargs.get("read_only")))
+        return real_connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(duckdb, "connect", spy)
+    paths, (table, source, *_) = database.built(run, phases_cli.read, engine=LocalEngine(2))
+    assert made == [False]  # the build's one instance, read too
+    made.clear()
+    again, (table_again, source_again, *_) = database.built(run, phases_cli.read, engine=LocalEngine(2))
+    assert again == paths and made.count(True) >= 1 and False not in made  # current: read-only
+    monkeypatch.undo()
+    assert source == source_again == ("marker",)
+    assert table.equals(table_again) and list(table["rank"]) == [0, 1]
+
+
 def test_a_failed_build_closes_its_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A build that fails after the driver attached its database leaves no instance open, no
     temporary database, and the next build of the run works."""
