@@ -292,9 +292,9 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
         con.execute(f"DROP TABLE {table.name}")
         store.view(con, table)
     # from the tables the stages wrote: the channels' sample counts, then energy
-    if not channels.empty:
+    if channels is not None:
         con.execute("RESET threads")  # the energy's joins, over every core
-    metrics.fill_channels(con, channels)
+        metrics.fill_channels(con, channels)
     build_energy(con, ours=defs.creator.startswith("dltrace"))
     _run_row(con, paths, defs, stats, used)
     # the tables made above that are still DuckDB's go to Parquet (known here: asking
@@ -320,9 +320,9 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
 def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions, reader: str,
                 chunk_rows: int, step_region: str | None, memory: str | None,
                 con: duckdb.DuckDBPyConnection, categories: dict[int, str],
-                ) -> tuple[ReadStats, str, float, pd.DataFrame]:
+                ) -> tuple[ReadStats, str, float, pd.DataFrame | None]:
     """The stages of analyze/tables/stages.py on ``engine``: stats, step source, read seconds
-    and the metric channels. Between the read stage and the others, what the read tasks found
+    and the metric channels (None: none). Between the read stage and the others, what the read tasks found
     of the communication recognized by name goes into ``con``'s regions and communicators and
     their files, and the channels follow from the metrics the samples reference."""
     t0 = time.perf_counter()
@@ -355,8 +355,12 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
             named.apply(con, groups)
             _write(con, store, (REGIONS, COMMUNICATORS))  # the inferred groups, the waits' operations
             spec = dataclasses.replace(spec, named_groups=tuple(sorted(groups.comm_ids.items())))
-        channels = metrics.channels(defs, set().union(*(part.metric_ids for part in parts)))
-        if not channels.empty:
+        # none without metric definitions (most traces; pandas' first DataFrame costs 10 ms)
+        channels = metrics.channels(defs, set().union(*(part.metric_ids for part in parts))) \
+            if defs.metrics else None
+        if channels is not None and channels.empty:
+            channels = None
+        if channels is not None:
             con.register("channel_rows", channels)
             spec.work.write(con, stages.CHANNELS, "SELECT * FROM channel_rows", "data")
             con.unregister("channel_rows")

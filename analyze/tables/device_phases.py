@@ -173,6 +173,9 @@ def device_breakdown(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 def summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """Per rank with accelerator streams: steps and each device phase as a percentage of step time."""
+    found = con.execute("SELECT EXISTS (SELECT 1 FROM device_phases)").fetchone()
+    if not (found and found[0]):  # most traces have no accelerator streams: no aggregation of steps
+        return pd.DataFrame(columns=["rank", "steps", *(f"{p}%" for p in DEVICE_PHASES)])
     cols = ", ".join(
         f"round(100.0 * sum(CASE WHEN phase = '{p}' THEN duration_ns END) / nullif(total, 0), 1) AS \"{p}%\""
         for p in DEVICE_PHASES)
