@@ -181,7 +181,8 @@ def build(
     ``causes`` also fills the cause tables (overlap, delays, critical path, balance;
     docs/causes.md), into an existing current database if need be; without it they may be empty.
     ``then``, when this call builds, is called with the build's own connection once its tables
-    are complete, before the database is installed (see :func:`built`).
+    are complete, before the database is installed (see :func:`built`); what it raises is
+    raised once the database is installed.
     """
     paths = resolve(run, db)
     names = pattern_set.load(patterns)
@@ -196,6 +197,7 @@ def build(
     root = paths.builds / build_id
     tmp = paths.db.with_name(f".{paths.db.name}.tmp-{build_id}")
     tmp.unlink(missing_ok=True)
+    failed: Exception | None = None  # raised by ``then``
     # the builds this one's install would remove go now, while the driver reads definitions
     stages.in_background(_collect_replaced, paths, root)
     config = _build_config()
@@ -226,7 +228,10 @@ def build(
             if causes:
                 _fill_causes(con)
             if then is not None:
-                then(con)
+                try:
+                    then(con)
+                except Exception as e:  # the tables are complete: installed all the same
+                    failed = e
         finally:
             stages.detach(str(root), con)
         _install(paths, tmp, root)
@@ -245,6 +250,8 @@ def build(
         stages.settle()
         if own:
             runner.close()
+    if failed is not None:
+        raise failed
     return paths
 
 

@@ -23,7 +23,7 @@ import pytest
 import analyze
 from analyze.engine.local import LocalEngine
 from analyze.schema import COLLECTIVES, REGIONS
-from analyze.tables import database, stages
+from analyze.tables import database, pattern_set, stages
 from tests.analyze.snapshot import snapshot
 from tests.analyze.test_native_reader import random_spec
 from tests.conftest import ROOT
@@ -391,6 +391,24 @@ def test_built_reads_on_the_builds_own_connection(tmp_path: Path, monkeypatch: p
     monkeypatch.undo()
     assert source == source_again == ("marker",)
     assert table.equals(table_again) and list(table["rank"]) == [0, 1]
+
+
+def test_a_failing_read_of_a_build_still_installs_it(tmp_path: Path) -> None:
+    """What the reader given to ``database.built`` raises reaches the caller, and the tables it
+    was reading from are installed all the same (nothing built is lost)."""
+    run = literal_run(tmp_path / "run")
+
+    def read(con: duckdb.DuckDBPyConnection) -> None:
+        con.execute("SELECT count(*) FROM phases").fetchone()
+        raise ValueError("a summary failed")
+
+    with pytest.raises(ValueError, match="a summary failed"):
+        database.built(run, read, engine=LocalEngine(2))
+    assert not stages._instances and not stages._attached
+    paths = database.resolve(run)
+    assert database.is_current(paths, {"step_region": None, "patterns": pattern_set.load(None).digest()})
+    with duckdb.connect(str(paths.db), read_only=True) as con:
+        assert con.execute("SELECT count(*) FROM phases").fetchone()[0] > 0  # type: ignore[index]
 
 
 def test_a_failed_build_closes_its_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
