@@ -329,9 +329,10 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
                 con: duckdb.DuckDBPyConnection, categories: dict[int, str],
                 ) -> tuple[ReadStats, str, float, pd.DataFrame | None]:
     """The stages of analyze/tables/stages.py on ``engine``: stats, step source, read seconds
-    and the metric channels (None: none). Between the read stage and the others, what the read tasks found
-    of the communication recognized by name goes into ``con``'s regions and communicators and
-    their files, and the channels follow from the metrics the samples reference."""
+    and the metric channels (None: none). Between the read stage and the others, what the
+    read tasks found of the communication recognized by name goes into ``con``'s regions and
+    communicators and their files, and the channels follow from the metrics the samples
+    reference."""
     t0 = time.perf_counter()
     plan = stages.plan(defs, reader, engine.workers)
     main_locations, main_regions, step_regions = stages.main_of(defs, categories)
