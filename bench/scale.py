@@ -10,8 +10,9 @@ summary ``analyze phases`` prints, as it runs them: ``database.built``), on the 
 archive for us; the ``otf2`` package's Python API (our pipeline with the Python reader) and
 Pipit (``pipit.Trace.from_otf2``, then its exclusive-time metric, which pairs Enter and Leave
 as our intervals do; its source fetched from github.com/hpcgroup/pipit, not vendored) on smaller
-archives of the same kind, because they read about 0.1 M events/s. Their times are extrapolated per event to the big archive (the
-table says which numbers are), which is fair to them: their cost grows at least linearly. The
+archives of the same kind, because they read about 0.1 M events/s. Their times are extrapolated
+per event to the big archive (the table says which numbers are), which is fair to them: their
+cost grows at least linearly. The
 three run in rounds (``--rounds``), one run each per round, and each ratio is taken within a
 round: the machine's speed drifts by 10-20% over minutes, more than the runs of one tool differ
 from each other back to back.

@@ -363,11 +363,7 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
             named.apply(con, groups)
             _write(con, store, (REGIONS, COMMUNICATORS))  # the inferred groups, the waits' operations
             spec = dataclasses.replace(spec, named_groups=tuple(sorted(groups.comm_ids.items())))
-        # none without metric definitions (most traces; pandas' first DataFrame costs 10 ms)
-        channels = metrics.channels(defs, set().union(*(part.metric_ids for part in parts))) \
-            if defs.metrics else None
-        if channels is not None and channels.empty:
-            channels = None
+        channels = metrics.channels(defs, set().union(*(part.metric_ids for part in parts)))
         if channels is not None:
             con.register("channel_rows", channels)
             spec.work.write(con, stages.CHANNELS, "SELECT * FROM channel_rows", "data")

@@ -62,13 +62,17 @@ def host_rows(defs: Definitions) -> pd.DataFrame:
         .sort_values("rank", kind="stable").reset_index(drop=True)
 
 
-def channels(defs: Definitions, sampled: set[int]) -> pd.DataFrame:
+def channels(defs: Definitions, sampled: set[int]) -> pd.DataFrame | None:
     """The channels (:func:`channel_rows`) given the metrics that samples reference
     (``sampled``, from the whole trace): a class that instances use is recorded through them
     (Score-P's plugins, our sampler); it is a channel of its own only if some sample
-    references the class itself."""
+    references the class itself. None when there are none: a trace without metric
+    definitions (most) gets no frame at all (a process's first such pandas frame costs 10 ms)."""
+    if not defs.metrics:
+        return None
     through = {m.class_id for m in defs.metrics if m.class_id is not None} - sampled
-    return channel_rows(defs, through)
+    found = channel_rows(defs, through)
+    return None if found.empty else found
 
 
 # The ``metrics`` rows of some locations: their raw samples (view raw_metrics, the reader's
@@ -82,9 +86,7 @@ METRIC_ROWS = """
 
 
 def fill_channels(con: duckdb.DuckDBPyConnection, found: pd.DataFrame) -> None:
-    """Fill ``metric_channels`` from the channels and the samples in ``metrics``."""
-    if found.empty:
-        return
+    """Fill ``metric_channels`` from the channels (:func:`channels`) and the samples in ``metrics``."""
     con.register("channel_rows", found)
     try:
         con.execute("""
