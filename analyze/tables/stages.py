@@ -91,6 +91,10 @@ RAW_METRICS = table_of("raw_metrics", {**METRIC_COLUMNS, "rank_group": np.int32}
 # the numbered collectives (files per group and batch of ranks: g<group>_<batch>), and their keys
 # for the shuffle, by bucket
 COLL_ROWS = table_of("coll_rows", collectives.ROW_COLUMNS)
+# the shuffle's output per bucket: each communicator's and sequence number's instance across
+# ranks (collectives.collective_match, root_enter -1 where no root took part: has_root false)
+INSTANCES = table_of("instances", {"comm_id": np.int64, "seq": np.int64, "last_enter": np.int64,
+                                   "ranks_matched": np.int64, "root_enter": np.int64, "has_root": np.bool_})
 ARRIVALS = table_of("arrivals", {"comm_id": np.int64, "seq": np.int64, "enter_ns": np.int64, "is_root": np.bool_,
                                  "bucket": np.int32}, "bucket")
 # what the finish tasks need of the metric channels (metrics.channels: from the whole trace)
@@ -131,8 +135,6 @@ STAGE_TABLES = (INTERVALS, COLLECTIVES, P2P, STEPS, PHASES, METRICS, DEVICE_PHAS
                 CORRELATIONS, CHROME_EVENTS, CHROME_TRACKS, CHROME_FILES)
 # what the shuffle gives when no rank had a collective (or a message) at all; a group's messages when it had none
 _NO_MATCHES = {
-    "instances": "SELECT NULL::BIGINT AS comm_id, NULL::BIGINT AS seq, NULL::BIGINT AS last_enter, "
-                 "NULL::BIGINT AS ranks_matched, NULL::BIGINT AS root_enter LIMIT 0",
     "named_collectives": "SELECT NULL::BIGINT AS location_id, NULL::INTEGER AS rank, "
                          "NULL::BIGINT AS interval_idx, NULL::BIGINT AS region_id, NULL::BIGINT AS enter_ns, "
                          "NULL::BIGINT AS leave_ns, NULL::VARCHAR AS op, NULL::BIGINT AS comm_id LIMIT 0",
@@ -754,13 +756,20 @@ def match(k: int, spec: Spec) -> None:
     con = _connect(spec)
     try:
         for name, view, query, out in (
-                ("arrivals", "coll_rows", collectives.collective_match(), "instances"),
+                ("arrivals", "coll_rows", collectives.collective_match(), INSTANCES.name),
                 ("msg_keys", "msg_keys", collectives.message_match(), "partners")):
             files = spec.work.source(f"{name}/bucket={k}/*.parquet")
             if files is None:
                 continue
             (spec.work.root / out).mkdir(parents=True, exist_ok=True)
             con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet({files})")
+            if out == INSTANCES.name:  # written by the codec, which the finish tasks read back
+                found = con.execute(f"""SELECT comm_id, seq, last_enter, ranks_matched,
+                                               coalesce(root_enter, -1) AS root_enter,
+                                               root_enter IS NOT NULL AS has_root
+                                        FROM ({query})""").fetchnumpy()
+                spec.work.write_arrays(con, INSTANCES, found, str(k))
+                continue
             con.execute(f"COPY ({query}) TO {literal(spec.work.root / out / f'{k}.parquet')} ({FORMAT})")
     finally:
         con.close()
@@ -824,7 +833,7 @@ def _finish_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str, ra
     instances of the shuffle, and view collectives over them: in memory when they are few
     (the phase sweep would otherwise read them back rank by rank; returned, as
     :func:`collectives.final` gives them), else over their files (None)."""
-    instances = spec.work.source("instances/*.parquet")
+    instances = sorted(spec.work.dir(INSTANCES).glob("*.parquet"))
     template = collectives.final_select(spec.vocabulary)
     kept: list[dict[str, np.ndarray]] = []
     held = 0
@@ -832,7 +841,7 @@ def _finish_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str, ra
         reader = con.cursor()
         try:
             for rows in _slices(spec, reader, path):
-                done = collectives.final(rows, _instances_of(con, instances, rows), spec.vocabulary)
+                done = collectives.final(rows, _instances_of(con, spec.work, instances, rows), spec.vocabulary)
                 spec.store.write_arrays(con, COLLECTIVES, collectives.table_columns(done, spec.vocabulary),
                                         f"{tag}_{k}_{held}", collectives.NULLABLE)
                 held += len(done["seq"])
@@ -925,31 +934,33 @@ def _slices(spec: Spec, reader: duckdb.DuckDBPyConnection, path: Path) -> Iterat
 
 FINISH_VECTORS = 500  # DuckDB vectors of numbered collectives finished at a time (about a million rows)
 FINISHED = "finished_collectives"  # the group's collectives in memory, registered with its DuckDB
-WANTED = "wanted_instances"  # per communicator, the range of sequence numbers a slice of rows has
 
 
-def _instances_of(con: duckdb.DuckDBPyConnection, files: str | None, rows: Mapping[str, np.ndarray],
-                  ) -> dict[str, np.ndarray]:
-    """The shuffle's instances of the communicators and sequence numbers of ``rows`` (and a few
-    more: those in the range of sequence numbers of each communicator)."""
-    columns = ("comm_id", "seq", "last_enter", "ranks_matched", "root_enter", "has_root")
-    if files is None or not len(rows["seq"]):
+def _instances_of(con: duckdb.DuckDBPyConnection, work: Store, files: list[Path],
+                  rows: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The shuffle's instances (:data:`INSTANCES`, one file per bucket) of the communicators
+    and sequence numbers of ``rows`` (and a few more: those in the range of sequence numbers of
+    each communicator), a file at a time, so that what is held does not grow with the other
+    ranks' instances. Read by the codec; by DuckDB where the codec did not write them (at
+    10M events, 7-12 ms against the 25-40 ms of DuckDB's join of the files with the ranges)."""
+    columns = tuple(c.name for c in INSTANCES.columns)
+    parts = []
+    if files and len(rows["seq"]):
+        comm, seq = rows["comm_id"], rows["seq"]
+        order = np.argsort(comm, kind="stable")
+        first = np.flatnonzero(np.r_[True, comm[order][1:] != comm[order][:-1]])
+        comms = comm[order][first]  # sorted, distinct
+        lo, hi = np.minimum.reduceat(seq[order], first), np.maximum.reduceat(seq[order], first)
+        for path in files:
+            found = work.read_arrays(path)
+            if found is None:
+                found = con.execute(f"SELECT * FROM read_parquet({literal(path)})").fetchnumpy()
+            at = np.searchsorted(comms, found["comm_id"]).clip(0, len(comms) - 1)
+            wanted = (comms[at] == found["comm_id"]) & (found["seq"] >= lo[at]) & (found["seq"] <= hi[at])
+            parts.append(found if wanted.all() else {c: found[c][wanted] for c in columns})
+    if not parts:
         return {c: np.zeros(0, bool if c == "has_root" else np.int64) for c in columns}
-    comm, seq = rows["comm_id"], rows["seq"]
-    order = np.argsort(comm, kind="stable")
-    first = np.flatnonzero(np.r_[True, comm[order][1:] != comm[order][:-1]])
-    ranges = pd.DataFrame({"comm_id": comm[order][first], "lo": np.minimum.reduceat(seq[order], first),
-                           "hi": np.maximum.reduceat(seq[order], first)})
-    con.register(WANTED, ranges)
-    try:
-        found = con.execute(f"""
-            SELECT i.comm_id, i.seq, i.last_enter, i.ranks_matched, coalesce(i.root_enter, -1) AS root_enter,
-                   i.root_enter IS NOT NULL AS has_root
-            FROM read_parquet({files}) i JOIN {WANTED} w
-              ON i.comm_id = w.comm_id AND i.seq BETWEEN w.lo AND w.hi""").fetchnumpy()
-    finally:
-        con.unregister(WANTED)
-    return {c: np.asarray(found[c]) for c in columns}
+    return {c: np.concatenate([np.asarray(part[c]) for part in parts]) for c in columns}
 
 
 def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str,

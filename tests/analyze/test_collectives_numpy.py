@@ -11,6 +11,7 @@ from __future__ import annotations
 import duckdb
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -189,3 +190,48 @@ def test_keys_hashed_in_numpy_meet_those_hashed_in_sql(keys: list[tuple[int, int
     con.register("keys", {"comm_id": comm, "seq": seq})
     sql = con.execute(f"SELECT {stages._bucket_of(spec, 'comm_id', 'seq')} FROM keys").fetchnumpy()["bucket"]
     assert stages._buckets(spec, comm, seq).tolist() == np.asarray(sql).tolist()
+
+
+instance = st.tuples(st.sampled_from([0, 3, -5, 2**61, 9]), st.integers(0, 40), st.integers(0, 99),
+                     st.integers(1, 4), st.integers(-1, 99))
+
+
+@settings(max_examples=60, deadline=None)
+@given(given_instances=st.lists(instance, max_size=30, unique_by=lambda i: i[:2]),
+       wanted=st.lists(st.tuples(st.sampled_from([0, 3, -5, 2**61, 7]), st.integers(0, 40)), max_size=20),
+       files=st.integers(1, 3), by_codec=st.booleans())
+def test_a_slices_instances_are_those_of_its_communicators_and_sequence_ranges(
+        given_instances: list[tuple[int, ...]], wanted: list[tuple[int, int]], files: int, by_codec: bool,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # the shuffle's instances (bucket files written by the codec or, without it, by DuckDB)
+    # that a slice of rows needs: per communicator of the rows, the sequence numbers from its
+    # smallest to its largest, as the SQL join with those ranges gave them
+    from analyze.tables import stages
+    from analyze.tables.store import Store
+
+    work = Store(tmp_path_factory.mktemp("work"))
+    con = duckdb.connect()
+    columns = [c.name for c in stages.INSTANCES.columns]
+    rows = {c: np.array([i[k] for i in given_instances], np.int64) for k, c in enumerate(columns[:-1])}
+    rows["has_root"] = rows["root_enter"] >= 0
+    for b in range(files):
+        part = {c: v[b::files] for c, v in rows.items()}
+        if by_codec:
+            work.write_arrays(con, stages.INSTANCES, part, str(b))
+        else:
+            work.dir(stages.INSTANCES).mkdir(parents=True, exist_ok=True)
+            con.register("part", part)
+            con.execute(f"COPY part TO '{work.dir(stages.INSTANCES) / f'{b}.parquet'}' (FORMAT parquet)")
+            con.unregister("part")
+    paths = sorted(work.dir(stages.INSTANCES).glob("*.parquet"))  # as the finish tasks find them
+    want = {"comm_id": np.array([w[0] for w in wanted], np.int64), "seq": np.array([w[1] for w in wanted], np.int64)}
+    found = stages._instances_of(con, work, paths, want)
+    assert list(found) == columns
+    con.register("want", want)
+    con.register("given", rows)
+    expected = con.execute("""
+        SELECT i.* FROM given i
+        JOIN (SELECT comm_id, min(seq) AS lo, max(seq) AS hi FROM want GROUP BY comm_id) w
+          ON i.comm_id = w.comm_id AND i.seq BETWEEN w.lo AND w.hi ORDER BY comm_id, seq""").fetchall()
+    order = np.lexsort((found["seq"], found["comm_id"]))
+    assert [tuple(found[c][order][k].item() for c in columns) for k in range(len(order))] == expected
