@@ -212,7 +212,7 @@ def test_a_slices_instances_are_those_of_its_communicators_and_sequence_ranges(
     work = Store(tmp_path_factory.mktemp("work"))
     con = duckdb.connect()
     columns = [c.name for c in stages.INSTANCES.columns]
-    rows = {c: np.array([i[k] for i in given_instances], np.int64) for k, c in enumerate(columns[:-1])}
+    rows: dict[str, np.ndarray] = {c: np.array([i[k] for i in given_instances], np.int64) for k, c in enumerate(columns[:-1])}
     rows["has_root"] = rows["root_enter"] >= 0
     for b in range(files):
         part = {c: v[b::files] for c, v in rows.items()}
