@@ -297,23 +297,24 @@ def segments_of(intervals: Mapping[str, np.ndarray], levels: Mapping[str, np.nda
     (:func:`receive_waits`). The build's phase stage uses it on what it holds in memory;
     every segment is one of :func:`segments`."""
     region = np.asarray(intervals["region_id"], np.int64)
-    order = np.argsort(levels["region_id"])
-    ids = np.asarray(levels["region_id"], np.int64)[order]
-    at = np.searchsorted(ids, region).clip(0, max(len(ids) - 1, 0))
-    kept = ids[at] == region if len(ids) else np.zeros(len(region), bool)
+    ids = np.asarray(levels["region_id"], np.int64)
+    at = position(np.zeros(len(ids), np.int64), ids, np.zeros(len(region), np.int64), region)
+    kept = np.flatnonzero(at >= 0)  # the intervals of regions with a level
     at = at[kept]
-    by_op = np.asarray(levels["by_op"], bool)[order][at]
-    level = np.asarray(levels["level"], np.int64)[order][at]
-    location, idx = intervals["location_id"][kept], intervals["idx"][kept]
+    level = np.asarray(levels["level"], np.int64)[at]
+    by_op = np.flatnonzero(np.asarray(levels["by_op"], bool)[at])  # of those, the collectives' regions
     sync = ~np.asarray(coll["is_async"], bool)
     op = np.asarray(coll["allreduce"], np.int8)
-    # the operation of the interval performing a main thread's collective: any of them, but
-    # not NULL if one is not (as DuckDB's any_value)
-    keys_loc, keys_idx, keys_op = coll["location_id"][sync], coll["interval_idx"][sync], op[sync]
-    first = _first_of_pairs(keys_loc, keys_idx, keys_op < 0)
-    found = position(keys_loc[first], keys_idx[first], location, idx)
-    of = np.where(by_op & (found >= 0), keys_op[first][found.clip(0)] if len(first) else -1, -1)
-    level = np.where(of == 1, SYNC_ALLREDUCE, np.where(of == 0, SYNC_OTHER, level))
+    if len(by_op):
+        # the operation of the interval performing a main thread's collective: any of them,
+        # but not NULL if one is not (as DuckDB's any_value); looked up only for the intervals
+        # of collective regions, a seventh of them in our traces
+        keys_loc, keys_idx, keys_op = coll["location_id"][sync], coll["interval_idx"][sync], op[sync]
+        first = _first_of_pairs(keys_loc, keys_idx, keys_op < 0)
+        rows = kept[by_op]
+        found = position(keys_loc[first], keys_idx[first], intervals["location_id"][rows], intervals["idx"][rows])
+        of = np.where(found >= 0, keys_op[first][found.clip(0)] if len(first) else -1, -1)
+        level[by_op] = np.where(of == 1, SYNC_ALLREDUCE, np.where(of == 0, SYNC_OTHER, level[by_op]))
     host = ~np.asarray(coll["on_device"], bool)
     rank, enter = np.asarray(coll["rank"], np.int64), np.asarray(coll["enter_ns"], np.int64)
     late = host & ~sync
@@ -327,8 +328,12 @@ def segments_of(intervals: Mapping[str, np.ndarray], levels: Mapping[str, np.nda
          np.where(op[late] == 1, ASYNC_ALLREDUCE, ASYNC_OTHER)),
         tuple(p2p.values()),
     ]
-    return pd.DataFrame({name: np.concatenate([np.asarray(part[i], np.int64) for part in parts])
-                         for i, name in enumerate(("rank", "start", "end", "level"))}, copy=False)
+    # one block of columns, as pandas keeps it: a frame of separate arrays would be copied into one
+    columns = ("rank", "start", "end", "level")
+    out = np.empty((len(columns), sum(len(part[0]) for part in parts)), np.int64)
+    for i in range(len(columns)):
+        np.concatenate([np.asarray(part[i], np.int64) for part in parts], out=out[i])
+    return pd.DataFrame(out.T, columns=list(columns), copy=False)
 
 
 def _first_of_pairs(a: np.ndarray, b: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -349,7 +354,8 @@ Emit = Callable[[int, np.ndarray, np.ndarray], None]
 
 
 def build_phases(con: duckdb.DuckDBPyConnection, emit: Emit,
-                 segments_of_ranks: Callable[[list[int]], pd.DataFrame] | None = None) -> None:
+                 segments_of_ranks: Callable[[list[int]], pd.DataFrame] | None = None,
+                 counts: Mapping[int, int] | None = None) -> None:
     """Sweep the phases of every rank with steps (views intervals, steps, collectives, p2p,
     regions, locations), handing each window's totals to ``emit``.
 
@@ -357,12 +363,14 @@ def build_phases(con: duckdb.DuckDBPyConnection, emit: Emit,
     intervals in all (thousands of small ranks: a few queries, not thousands); a rank with
     more is swept alone, in windows of whole steps of about that many, so memory stays
     bounded for long traces. ``segments_of_ranks`` gives the segments of a batch of ranks
-    where a caller can do it faster than :func:`segments` (which does the windows).
+    where a caller can do it faster than :func:`segments` (which does the windows), and
+    ``counts`` each rank's main-thread intervals where the caller has counted them.
     """
     fetch = segments_of_ranks or (lambda ranks: segments(con, ranks=ranks))
-    counts = dict(con.execute("""
-        SELECT i.rank, count(*) FROM intervals i JOIN locations l USING (location_id)
-        WHERE l.is_main GROUP BY i.rank""").fetchall())
+    if counts is None:
+        counts = dict(con.execute("""
+            SELECT i.rank, count(*) FROM intervals i JOIN locations l USING (location_id)
+            WHERE l.is_main GROUP BY i.rank""").fetchall())
     ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM steps ORDER BY rank").fetchall()]
     batch: list[int] = []
     held = 0

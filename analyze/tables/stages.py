@@ -806,7 +806,7 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
         store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
         con.execute(f"CREATE OR REPLACE TEMP VIEW steps AS SELECT * FROM read_parquet({candidates})")
         work.view(con, MAIN_INTERVALS, [number], name="intervals", temporary=True)  # all the sweep needs
-        _phases(spec, con, tag, _segments_in_memory(spec, con, number, finished))
+        _phases(spec, con, tag, *_segments_in_memory(spec, con, number, finished))
         if spec.metrics:
             work.view(con, RAW_METRICS, [number], temporary=True)
             work.view(con, CHANNELS, temporary=True)
@@ -860,14 +860,34 @@ def _finish_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str, ra
 
 
 def _segments_in_memory(spec: Spec, con: duckdb.DuckDBPyConnection, number: int,
-                        finished: dict[str, np.ndarray] | None) -> Callable[[list[int]], pd.DataFrame] | None:
+                        finished: dict[str, np.ndarray] | None,
+                        ) -> tuple[Callable[[list[int]], pd.DataFrame] | None, dict[int, int] | None]:
     """The segments of some of the group's ranks (phases.segments_of) from its collectives in
-    memory and its main threads' intervals read with the codec; None (the phases' SQL) when
-    the collectives are not in memory, and the SQL's segments where the codec did not write
-    the intervals."""
+    memory and its main threads' intervals read with the codec, and how many of those
+    intervals each rank has (what the sweep batches ranks by); (None, None): the phases' SQL,
+    when the collectives are not in memory or the codec did not write the intervals."""
     if finished is None:
-        return None
+        return None, None
     files = _group_files(spec, MAIN_INTERVALS, number)
+    # read once here: counted per rank, and kept when they are few (else read again for each
+    # batch of ranks, only theirs kept)
+    counts: dict[int, int] = {}
+    parts: list[dict[str, np.ndarray]] | None = []
+    total = 0
+    for path in files:
+        part = spec.work.read_arrays(path)
+        if part is None:  # DuckDB wrote them (no codec)
+            return None, None
+        lo = int(part["rank"].min())  # the group's few ranks: counted by position
+        per_rank = np.bincount(part["rank"] - lo)
+        for k in np.flatnonzero(per_rank).tolist():
+            counts[lo + k] = counts.get(lo + k, 0) + int(per_rank[k])
+        total += len(part["rank"])
+        if total > phases.WINDOW_SEGMENTS:
+            parts = None
+        elif parts is not None:
+            parts.append({c: part[c] for c in _SEGMENT_COLUMNS})
+    held = _concatenated(parts) if parts is not None else None
     levels = con.sql(phases.LEVELS).fetchnumpy()
     devices = np.array([i for (i,) in con.execute(
         "SELECT location_id FROM locations WHERE kind = 'accelerator_stream'").fetchall()], np.int64)
@@ -876,30 +896,18 @@ def _segments_in_memory(spec: Spec, con: duckdb.DuckDBPyConnection, number: int,
                                      "wait_ns")}
     coll["allreduce"] = np.where(finished["op"] < 0, -1, finished["op"] == allreduce).astype(np.int8)
     coll["on_device"] = np.isin(finished["location_id"], devices)
-    held: dict[str, np.ndarray] | None = None  # the group's intervals, when they are few
 
     def of_ranks(ranks: list[int]) -> pd.DataFrame:
-        nonlocal held
         wanted = np.array(ranks, np.int32)
         found = held
         if found is None:
-            parts: list[dict[str, np.ndarray]] = []
-            total = 0
-            for path in files:
-                part = spec.work.read_arrays(path)
-                if part is None:  # DuckDB wrote them (no codec)
-                    return phases.segments(con, ranks=ranks)
-                part = {c: part[c] for c in _SEGMENT_COLUMNS}
-                total += len(part["rank"])
-                parts.append(part if total <= phases.WINDOW_SEGMENTS else _rows_of(part, wanted))
-            found = _concatenated(parts)
-            if total <= phases.WINDOW_SEGMENTS:  # few: kept for the group's next ranks
-                held = found
+            found = _concatenated([_rows_of({c: part[c] for c in _SEGMENT_COLUMNS}, wanted)
+                                   for part in map(spec.work.read_arrays, files) if part is not None])
         listed = ", ".join(str(r) for r in ranks)
         return phases.segments_of(_rows_of(found, wanted), levels, _rows_of(coll, wanted),
                                   phases.receive_waits(con, f"AND p.rank IN ({listed})"))
 
-    return of_ranks
+    return of_ranks, counts
 
 
 def _rows_of(columns: dict[str, np.ndarray], ranks: np.ndarray) -> dict[str, np.ndarray]:
@@ -964,7 +972,7 @@ def _instances_of(con: duckdb.DuckDBPyConnection, work: Store, files: list[Path]
 
 
 def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str,
-            segments_of_ranks: Callable[[list[int]], pd.DataFrame] | None) -> None:
+            segments_of_ranks: Callable[[list[int]], pd.DataFrame] | None, counts: dict[int, int] | None) -> None:
     pending: list[dict[str, np.ndarray]] = []
     held = 0
     written = 0
@@ -985,7 +993,7 @@ def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str,
         if held >= PHASE_ROWS:
             flush()
 
-    phases.build_phases(con, emit, segments_of_ranks)
+    phases.build_phases(con, emit, segments_of_ranks, counts)
     flush()
 
 

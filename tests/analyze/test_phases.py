@@ -162,6 +162,33 @@ def test_windowed_sweep_gives_the_same_phases_as_one_window(tmp_path: Path, monk
     assert len(a) > 500 and a == b
 
 
+@pytest.mark.parametrize("window", [10_000, 300, 100])
+def test_a_groups_ranks_batched_or_held_give_the_phases_of_the_sql(
+        window: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The phase stage counts each rank's main-thread intervals itself and sweeps a group's
+    ranks together while they hold about WINDOW_SEGMENTS (its intervals kept), in batches
+    (read again for each) or a rank alone in windows: every way gives the phases of the SQL
+    that counts and finds the segments itself."""
+    from analyze.engine.local import LocalEngine
+    from analyze.tables import phases, stages
+    from bench import synth
+
+    run, _ = synth.write(12_000, tmp_path / "run", ranks=4)  # one group of 4 ranks, ~200 main intervals each
+    monkeypatch.setattr(phases, "WINDOW_SEGMENTS", window)
+    batches: list[list[int]] = []
+    sweep_ranks = phases._sweep_ranks
+    monkeypatch.setattr(phases, "_sweep_ranks", lambda con, ranks, *rest: batches.append(ranks) or sweep_ranks(
+        con, ranks, *rest))
+    ours = analyze.build(run, db=tmp_path / "ours.duckdb", engine=LocalEngine(1)).db
+    assert {10_000: [[0, 1, 2, 3]], 300: [[0], [1], [2], [3]], 100: []}[window] == batches
+    monkeypatch.setattr(stages, "_segments_in_memory", lambda *args: (None, None))  # counted and found in SQL
+    sql = analyze.build(run, db=tmp_path / "sql.duckdb", engine=LocalEngine(1)).db
+    query = "SELECT rank, step, phase, duration_ns FROM phases ORDER BY ALL"
+    a = duckdb.connect(str(ours), read_only=True).execute(query).fetchall()
+    b = duckdb.connect(str(sql), read_only=True).execute(query).fetchall()
+    assert len(a) > 200 and a == b
+
+
 @pytest.mark.parametrize("values", [[], [5], [3, 1, 3, 2, 1], list(range(10, 0, -1)) * 3,
                                     [-(1 << 62), 0, 1 << 62, 0, -1]])
 def test_the_sweeps_unique_with_inverse_is_numpys(values: list[int]) -> None:
