@@ -235,3 +235,35 @@ def test_a_slices_instances_are_those_of_its_communicators_and_sequence_ranges(
           ON i.comm_id = w.comm_id AND i.seq BETWEEN w.lo AND w.hi ORDER BY comm_id, seq""").fetchall()
     order = np.lexsort((found["seq"], found["comm_id"]))
     assert [tuple(found[c][order][k].item() for c in columns) for k in range(len(order))] == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(arrivals=st.lists(st.tuples(st.sampled_from([0, 3, -5]), st.integers(0, 5), st.integers(-5, 99), st.booleans()),
+                         max_size=40),
+       batches=st.integers(1, 3), sparse=st.booleans())
+def test_a_buckets_instances_counted_in_numpy_are_the_sqls(
+        arrivals: list[tuple[int, int, int, bool]], batches: int, sparse: bool,
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    # the shuffle's match of one bucket (arrivals from several groups' files) in numpy, where
+    # the keys are dense enough for a table; a communicator far from the others leaves it to the SQL
+    from analyze.tables import stages
+
+    spec = stages.Spec(anchor="", root=str(tmp_path_factory.mktemp("build")), reader="native", global_offset=0,
+                       resolution=1, buckets=1)
+    con = duckdb.connect()
+    arrivals = arrivals + [(2**61, 0, 7, True)] * sparse
+    rows = {c: np.array([a[i] for a in arrivals], t) for i, (c, t) in
+            enumerate((("comm_id", np.int64), ("seq", np.int64), ("enter_ns", np.int64), ("is_root", bool)))}
+    for b in range(batches):
+        spec.work.write_arrays(con, stages.ARRIVALS, {c: v[b::batches] for c, v in rows.items()} | {
+            "bucket": np.zeros(len(rows["seq"][b::batches]), np.int32)}, f"g{b}")
+    found = stages._instances_in_numpy(spec, 0)
+    if not arrivals or sparse and len(arrivals) > 1:  # no files; keys too sparse for a table
+        assert found is None
+        return
+    assert found is not None and list(found) == [c.name for c in stages.INSTANCES.columns]
+    con.register("coll_rows", rows)
+    expected = con.execute(f"""SELECT comm_id, seq, last_enter, ranks_matched, coalesce(root_enter, -1),
+                                      root_enter IS NOT NULL FROM ({collectives.collective_match()})
+                               ORDER BY comm_id, seq""").fetchall()
+    assert [tuple(found[c][k].item() for c in found) for k in range(len(found["seq"]))] == expected
