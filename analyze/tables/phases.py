@@ -355,7 +355,7 @@ Emit = Callable[[int, np.ndarray, np.ndarray], None]
 
 def build_phases(con: duckdb.DuckDBPyConnection, emit: Emit,
                  segments_of_ranks: Callable[[list[int]], pd.DataFrame] | None = None,
-                 counts: Mapping[int, int] | None = None) -> None:
+                 counts: Mapping[int, int] | None = None, steps: Mapping[str, np.ndarray] | None = None) -> None:
     """Sweep the phases of every rank with steps (views intervals, steps, collectives, p2p,
     regions, locations), handing each window's totals to ``emit``.
 
@@ -363,42 +363,54 @@ def build_phases(con: duckdb.DuckDBPyConnection, emit: Emit,
     intervals in all (thousands of small ranks: a few queries, not thousands); a rank with
     more is swept alone, in windows of whole steps of about that many, so memory stays
     bounded for long traces. ``segments_of_ranks`` gives the segments of a batch of ranks
-    where a caller can do it faster than :func:`segments` (which does the windows), and
-    ``counts`` each rank's main-thread intervals where the caller has counted them.
+    where a caller can do it faster than :func:`segments` (which does the windows),
+    ``counts`` each rank's main-thread intervals where the caller has counted them, and
+    ``steps`` the rows of view steps (rank, step, start_ns, end_ns) where it holds them.
     """
     fetch = segments_of_ranks or (lambda ranks: segments(con, ranks=ranks))
     if counts is None:
         counts = dict(con.execute("""
             SELECT i.rank, count(*) FROM intervals i JOIN locations l USING (location_id)
             WHERE l.is_main GROUP BY i.rank""").fetchall())
-    ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM steps ORDER BY rank").fetchall()]
+    if steps is None:
+        ranks = [r for (r,) in con.execute("SELECT DISTINCT rank FROM steps ORDER BY rank").fetchall()]
+    else:
+        ranks = np.unique(steps["rank"]).tolist()
+    steps_of = functools.partial(_steps_of, con, steps)
     batch: list[int] = []
     held = 0
     for rank in ranks:
         n = counts.get(rank, 0)
         if batch and held + n > WINDOW_SEGMENTS:
-            _sweep_ranks(con, batch, emit, fetch)
+            _sweep_ranks(steps_of(batch), batch, emit, fetch)
             batch, held = [], 0
         if n > WINDOW_SEGMENTS:
-            _sweep_rank_in_windows(con, rank, n, emit)
+            _sweep_rank_in_windows(con, steps_of([rank]), rank, n, emit)
         else:
             batch.append(rank)
             held += n
     if batch:
-        _sweep_ranks(con, batch, emit, fetch)
+        _sweep_ranks(steps_of(batch), batch, emit, fetch)
 
 
-def _steps_of(con: duckdb.DuckDBPyConnection, ranks: list[int]) -> dict[str, np.ndarray]:
-    listed = ", ".join(str(int(r)) for r in ranks)
-    st = con.execute(f"SELECT rank, step, start_ns, end_ns FROM steps WHERE rank IN ({listed}) "
-                     "ORDER BY rank, start_ns, step").fetchnumpy()
+def _steps_of(con: duckdb.DuckDBPyConnection, steps: Mapping[str, np.ndarray] | None,
+              ranks: list[int]) -> dict[str, np.ndarray]:
+    """The steps of ``ranks`` (from ``steps`` when given, else view steps) by rank, start, step."""
+    if steps is None:
+        listed = ", ".join(str(int(r)) for r in ranks)
+        st = con.execute(f"SELECT rank, step, start_ns, end_ns FROM steps WHERE rank IN ({listed}) "
+                         "ORDER BY rank, start_ns, step").fetchnumpy()
+    else:
+        mine = np.isin(steps["rank"], ranks)
+        st = {c: np.asarray(steps[c])[mine] for c in ("rank", "step", "start_ns", "end_ns")}
+        order = np.lexsort((st["step"], st["start_ns"], st["rank"]))
+        st = {c: v[order] for c, v in st.items()}
     return {"rank": np.asarray(st["rank"], np.int64), "step": np.asarray(st["step"], np.int32),
             "start": np.asarray(st["start_ns"], np.int64), "end": np.asarray(st["end_ns"], np.int64)}
 
 
-def _sweep_ranks(con: duckdb.DuckDBPyConnection, ranks: list[int], emit: Emit,
+def _sweep_ranks(st: dict[str, np.ndarray], ranks: list[int], emit: Emit,
                  fetch: Callable[[list[int]], pd.DataFrame]) -> None:
-    st = _steps_of(con, ranks)
     seg = fetch(ranks)
     if len(ranks) > 1:
         seg = seg.sort_values("rank", kind="stable")
@@ -412,8 +424,8 @@ def _sweep_ranks(con: duckdb.DuckDBPyConnection, ranks: list[int], emit: Emit,
         emit(rank, st["step"][a:b], totals)
 
 
-def _sweep_rank_in_windows(con: duckdb.DuckDBPyConnection, rank: int, count: int, emit: Emit) -> None:
-    st = _steps_of(con, [rank])
+def _sweep_rank_in_windows(con: duckdb.DuckDBPyConnection, st: dict[str, np.ndarray], rank: int, count: int,
+                           emit: Emit) -> None:
     step_ids, starts, ends = st["step"], st["start"], st["end"]
     per_window = max(1, len(starts) * WINDOW_SEGMENTS // max(1, count))
     for a in range(0, len(starts), per_window):

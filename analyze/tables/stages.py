@@ -835,10 +835,16 @@ def finish(group: tuple[int, list[int]], spec: Spec, source: str) -> None:
                 store.write(con, P2P, collectives.message_final(), tag, ranks)
                 store.view(con, P2P, ranks, temporary=True)
         candidates = work.source(f"steps_{source}/{tag}.parquet")
-        store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
+        # the markers' steps numbered again in numpy, as prepare numbered them (where it did):
+        # written by the codec and handed to the sweep, rather than read back through DuckDB
+        marked = _marker_steps(spec, number) if source == "marker" else None
+        if marked is None:
+            store.write(con, STEPS, f"SELECT * FROM read_parquet({candidates})", tag, ranks)
+        else:
+            store.write_arrays(con, STEPS, marked, tag)
         con.execute(f"CREATE OR REPLACE TEMP VIEW steps AS SELECT * FROM read_parquet({candidates})")
         work.view(con, MAIN_INTERVALS, [number], name="intervals", temporary=True)  # all the sweep needs
-        _phases(spec, con, tag, *_segments_in_memory(spec, con, number, finished))
+        _phases(spec, con, tag, *_segments_in_memory(spec, con, number, finished), marked)
         if spec.metrics:
             work.view(con, RAW_METRICS, [number], temporary=True)
             work.view(con, CHANNELS, temporary=True)
@@ -1006,7 +1012,8 @@ def _instances_of(con: duckdb.DuckDBPyConnection, work: Store, files: list[Path]
 
 
 def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str,
-            segments_of_ranks: Callable[[list[int]], pd.DataFrame] | None, counts: dict[int, int] | None) -> None:
+            segments_of_ranks: Callable[[list[int]], pd.DataFrame] | None, counts: dict[int, int] | None,
+            steps: Mapping[str, Any] | None) -> None:
     pending: list[dict[str, np.ndarray]] = []
     held = 0
     written = 0
@@ -1027,7 +1034,7 @@ def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str,
         if held >= PHASE_ROWS:
             flush()
 
-    phases.build_phases(con, emit, segments_of_ranks, counts)
+    phases.build_phases(con, emit, segments_of_ranks, counts, steps)
     flush()
 
 

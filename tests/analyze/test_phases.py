@@ -177,8 +177,8 @@ def test_a_groups_ranks_batched_or_held_give_the_phases_of_the_sql(
     monkeypatch.setattr(phases, "WINDOW_SEGMENTS", window)
     batches: list[list[int]] = []
     sweep_ranks = phases._sweep_ranks
-    monkeypatch.setattr(phases, "_sweep_ranks", lambda con, ranks, *rest: batches.append(ranks) or sweep_ranks(
-        con, ranks, *rest))
+    monkeypatch.setattr(phases, "_sweep_ranks", lambda steps, ranks, *rest: batches.append(ranks) or sweep_ranks(
+        steps, ranks, *rest))
     ours = analyze.build(run, db=tmp_path / "ours.duckdb", engine=LocalEngine(1)).db
     assert {10_000: [[0, 1, 2, 3]], 300: [[0], [1], [2], [3]], 100: []}[window] == batches
     monkeypatch.setattr(stages, "_segments_in_memory", lambda *args: (None, None))  # counted and found in SQL
