@@ -119,8 +119,13 @@ class Store:
     def view(self, con: duckdb.DuckDBPyConnection, table: Table, parts: Iterable[int] | None = None,
              name: str | None = None, temporary: bool = False) -> None:
         """(Re)define a view named after the table over its files."""
+        con.execute(self.view_sql(table, parts, name, temporary))
+
+    def view_sql(self, table: Table, parts: Iterable[int] | None = None, name: str | None = None,
+                 temporary: bool = False) -> str:
+        """The statement :meth:`view` runs: several of them run as one call cost less each."""
         temp = "TEMP " if temporary else ""
-        con.execute(f"CREATE OR REPLACE {temp}VIEW {name or table.name} AS {self.scan(table, parts)}")
+        return f"CREATE OR REPLACE {temp}VIEW {name or table.name} AS {self.scan(table, parts)}"
 
     def write(self, con: duckdb.DuckDBPyConnection, table: Table, select: str, tag: str,
               parts: list[int] | None = None) -> None:
