@@ -146,17 +146,18 @@ def number(raw: Mapping[str, np.ndarray], named: Mapping[str, np.ndarray], main:
     rows = {c: (np.concatenate([rec[c], np.asarray(given[c])]) if n_named else rec[c]).astype(ROW_COLUMNS.get(
         c, np.int64), copy=False) for c in given}
     for c in ("region_id", "root", "bytes_sent", "bytes_recv"):  # negative: not known (NULL)
-        rows[c] = np.maximum(rows[c], -1)
+        if len(rows[c]) and rows[c].min() < -1:  # (a scan, where a clip would write a copy)
+            rows[c] = np.maximum(rows[c], -1)
     rows["by_name"] = np.r_[np.zeros(len(rec["rank"]), bool), np.ones(n_named, bool)]
     ids = np.fromiter(main.keys(), np.int64, len(main))
-    order = np.argsort(ids)
-    ids, flags = ids[order], np.fromiter(main.values(), bool, len(main))[order]
-    at = np.searchsorted(ids, rows["location_id"]).clip(0, max(len(ids) - 1, 0))
-    defined = ids[at] == rows["location_id"] if len(ids) else np.zeros(len(at), bool)
-    if not defined.all():  # as the SQL's join with the locations: rows of other locations go
+    flags = np.fromiter(main.values(), bool, len(main))
+    location = rows["location_id"]
+    at = position(np.zeros(len(ids), np.int64), ids, np.zeros(len(location), np.int64), location)
+    if (at < 0).any():  # as the SQL's join with the locations: rows of other locations go
+        defined = at >= 0
         rows = {k: v[defined] for k, v in rows.items()}
         at = at[defined]
-    rows["is_async"] = ~flags[at] if len(ids) else np.zeros(0, bool)
+    rows["is_async"] = ~flags[at]
     begin = rows.pop("begin_ns")
     rows["seq"] = numbered(rows["rank"], rows["comm_id"], rows["enter_ns"], rows["location_id"],
                             rows["interval_idx"], begin)
@@ -182,13 +183,16 @@ def numbered(rank: np.ndarray, comm: np.ndarray, *order: np.ndarray) -> np.ndarr
         return np.zeros(0, np.int64)
     keys = [k for k in (rank, comm) if not (k == k[0]).all()]  # one rank, one communicator: no key
     by = np.lexsort((*reversed(order), *reversed(keys)))
+    seq = np.empty(n, np.int64)
+    if not keys:  # one group: its order is the numbering
+        seq[by] = np.arange(n, dtype=np.int64)
+        return seq
     first = np.ones(n, bool)
     first[1:] = False
     for k in keys:
         sorted_key = k[by]
         first[1:] |= sorted_key[1:] != sorted_key[:-1]
     starts = np.flatnonzero(first)
-    seq = np.empty(n, np.int64)
     seq[by] = np.arange(n, dtype=np.int64) - np.repeat(starts, np.diff(np.r_[starts, n]))
     return seq
 
