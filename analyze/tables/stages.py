@@ -594,10 +594,20 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         # Sequence numbers count per rank and communicator, so ranks can be numbered apart: a
         # few at a time, about COLLECTIVE_ROWS collectives, in numpy; a rank with more alone,
         # in SQL, whose sort spills to disk beyond DuckDB's memory limit
-        for k, (lo, hi, held) in enumerate(_rank_batches(con, COLLECTIVE_ROWS)):
+        # the group's collective records once, by the codec, when they are all there is to count
+        # (no name-only collectives): counted per rank here, rather than in SQL over the files
+        whole = _group_raw_collectives(spec, number) if not spec.named_groups else None
+        if whole is None:
+            batches = _rank_batches(con, COLLECTIVE_ROWS)
+        else:
+            lowest = int(whole["rank"].min()) if len(whole["rank"]) else 0
+            per_rank = np.bincount(whole["rank"] - lowest)
+            batches = _batches([(lowest + r, int(per_rank[r])) for r in np.flatnonzero(per_rank).tolist()],
+                               COLLECTIVE_ROWS)
+        for k, (lo, hi, held) in enumerate(batches):
             where = f"WHERE rank BETWEEN {lo} AND {hi}"
             if held <= COLLECTIVE_ROWS:
-                raw = _raw_collectives(spec, con, number, lo, hi)
+                raw = _raw_collectives(spec, con, number, lo, hi, whole)
                 found = con.execute(f"SELECT * FROM group_named_collectives {where}").fetchnumpy()
                 found["op"] = _names(found["op"])
                 numbered = collectives.number(raw, found, main, members, spec.vocabulary)
@@ -683,31 +693,48 @@ def _marker_steps(spec: Spec, number: int) -> dict[str, np.ndarray | Codes] | No
             "source": Codes(np.zeros(len(rank), np.int32), ("marker",))}
 
 
+def _group_raw_collectives(spec: Spec, number: int) -> dict[str, np.ndarray] | None:
+    """Group ``number``'s raw collective records, read by the codec; None where it did not
+    write them (DuckDB's view group_raw_collectives has them then)."""
+    parts = []
+    for path in _group_files(spec, RAW_COLLECTIVES, number):
+        part = spec.work.read_arrays(path)
+        if part is None:
+            return None
+        parts.append(part)
+    return {c: np.concatenate([part[c] for part in parts]) if parts else np.zeros(0, t)
+            for c, t in COLLECTIVE_COLUMNS.items()}
+
+
 def _raw_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, number: int, lo: int, hi: int,
-                     ) -> dict[str, np.ndarray]:
-    """The raw collective records of ranks ``lo`` to ``hi`` of group ``number``, read by the
-    codec (DuckDB's view group_raw_collectives where it did not write them). A read task's
-    file holds several ranks, so a group numbered in several batches reads its files again
-    for each."""
-    parts = [spec.work.read_arrays(f) for f in _group_files(spec, RAW_COLLECTIVES, number)]
-    if any(part is None for part in parts):
+                     whole: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The raw collective records of ranks ``lo`` to ``hi`` of group ``number``: of ``whole``
+    (the group's, when read already), read by the codec, or from DuckDB's view
+    group_raw_collectives where the codec did not write them. A read task's file holds
+    several ranks, so a group numbered in several batches reads its files again for each."""
+    rows = whole if whole is not None else _group_raw_collectives(spec, number)
+    if rows is None:
         return con.sql(f"SELECT * EXCLUDE (rank_group) FROM group_raw_collectives "
                        f"WHERE rank BETWEEN {lo} AND {hi}").fetchnumpy()
-    rows = {c: np.concatenate([part[c] for part in parts]) if parts else np.zeros(0, t)  # type: ignore[index]
-            for c, t in COLLECTIVE_COLUMNS.items()}
     mine = (rows["rank"] >= lo) & (rows["rank"] <= hi)
     return rows if mine.all() else {c: v[mine] for c, v in rows.items()}
 
 
 def _rank_batches(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[int, int, int]]:
     """Consecutive ranks of the group (views group_raw_collectives, group_named_collectives)
-    in batches of at most about ``limit`` collectives (a rank with more is a batch alone), as
-    (first rank, last rank, collectives); one batch of every rank when there are none, so that
-    the group still writes its (empty) rows file."""
+    in batches of at most about ``limit`` collectives (:func:`_batches`)."""
     counts = con.execute("""
         SELECT rank, count(*) FROM (SELECT rank FROM group_raw_collectives
                                     UNION ALL SELECT rank FROM group_named_collectives)
         GROUP BY rank ORDER BY rank""").fetchall()
+    return _batches(counts, limit)
+
+
+def _batches(counts: list[tuple[int, int]], limit: int) -> list[tuple[int, int, int]]:
+    """Ranks with their collectives (ascending ranks) in batches of consecutive ranks of at
+    most about ``limit`` collectives (a rank with more is a batch alone), as (first rank,
+    last rank, collectives); one batch of every rank when there are none, so that the group
+    still writes its (empty) rows file."""
     if not counts:
         return [(-(1 << 31), (1 << 31) - 1, 0)]
     batches: list[tuple[int, int, int]] = []

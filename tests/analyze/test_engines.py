@@ -153,24 +153,37 @@ def test_without_the_codec_the_tables_are_the_same(tmp_path: Path, monkeypatch: 
     assert len(native["collectives"]) == 40
 
 
-@pytest.mark.parametrize(("limit", "expected"), [
-    (5, [(0, 0, 10), (1, 1, 10), (2, 2, 10), (3, 3, 10)]),  # a rank over the limit: alone, numbered in SQL
-    (20, [(0, 1, 20), (2, 3, 20)]),  # two ranks at a time, in numpy
+@pytest.mark.parametrize(("named", "limit", "expected"), [
+    (True, 5, [(0, 0, 10), (1, 1, 10), (2, 2, 10), (3, 3, 10)]),  # a rank over the limit: alone, numbered in SQL
+    (True, 20, [(0, 1, 20), (2, 3, 20)]),  # two ranks at a time, in numpy
+    # only recorded collectives (the bench's synthetic archive): counted in numpy from the
+    # codec's files, not in SQL
+    (False, 100, [(0, 0, 135), (1, 1, 135), (2, 2, 135), (3, 3, 135)]),
+    (False, 300, [(0, 1, 270), (2, 3, 270)]),
 ])
 def test_collectives_numbered_a_few_ranks_at_a_time_give_the_same_tables(
-        limit: int, expected: list[tuple[int, int, int]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # one group of 4 ranks, each with 10 collectives (recorded and by name)
-    run = named_run(tmp_path / "run")
+        named: bool, limit: int, expected: list[tuple[int, int, int]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # one group of 4 ranks: named_run's 10 collectives each (recorded and by name), or 135 recorded
+    if named:
+        run = named_run(tmp_path / "run")
+    else:
+        from bench import synth
+
+        run, _ = synth.write(12_000, tmp_path / "run", ranks=4)
     mine = tmp_path / "mylib.toml"
     mine.write_text('[[pattern]]\nlibrary = "mylib"\nglob = "mylib::sum_gradients"\ncategory = "allreduce"\n')
-    whole = snapshot(analyze.build(run, db=tmp_path / "whole.duckdb", engine=LocalEngine(1), patterns=mine).db)
-    batches: list[list[tuple[int, int, int]]] = []
-    batched = stages._rank_batches
+    patterns = mine if named else None
+    whole = snapshot(analyze.build(run, db=tmp_path / "whole.duckdb", engine=LocalEngine(1), patterns=patterns).db)
+    batches: list[tuple[str, list[tuple[int, int, int]]]] = []
+    batched, counted = stages._batches, stages._rank_batches
     monkeypatch.setattr(stages, "COLLECTIVE_ROWS", limit)
     monkeypatch.setattr(stages, "FINISH_VECTORS", 1)  # SQL's rows are finished a slice at a time
-    monkeypatch.setattr(stages, "_rank_batches", lambda con, limit: batches.append(batched(con, limit)) or batches[-1])
-    apart = snapshot(analyze.build(run, db=tmp_path / "apart.duckdb", engine=LocalEngine(1), patterns=mine).db)
-    assert batches == [expected]
+    monkeypatch.setattr(stages, "_batches", lambda counts, limit: batches.append(("", batched(counts, limit)))
+                        or batches[-1][1])
+    monkeypatch.setattr(stages, "_rank_batches", lambda con, limit: batches.append(("sql", [])) or counted(con, limit))
+    apart = snapshot(analyze.build(run, db=tmp_path / "apart.duckdb", engine=LocalEngine(1), patterns=patterns).db)
+    assert batches == ([("sql", [])] if named else []) + [("", expected)]
     assert apart == whole
 
 
