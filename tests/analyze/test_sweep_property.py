@@ -121,8 +121,39 @@ def test_native_sweep_rejects_what_it_cannot_sweep() -> None:
                                   sweep_numpy(far, far + 10, level, far, far + 20))
 
 
+@pytest.mark.skipif(not codec.available(), reason="the native codec is not built")
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 5000), st.sampled_from(["random", "nested", "parts", "sorted",
+                                                                      "reversed", "equal"]))
+def test_native_sweep_sorts_any_order_of_segments(seed: int, n: int, shape: str) -> None:
+    """The boundaries' merge sort (sweep.c) on orders far from the build's: random, the
+    build's (regions after the regions they call, several sorted parts one after another),
+    sorted, reversed, all equal; runs of every length and merges of every size."""
+    rng = np.random.default_rng(seed)
+    start = np.cumsum(rng.integers(0, 50, n)).astype(np.int64)
+    end = start + rng.integers(0, 400, n)
+    if shape == "random":
+        order = rng.permutation(n)
+    elif shape == "nested":  # a region's row after its callees': blocks of a few rotated by one
+        order = np.concatenate([np.roll(b, 1) for b in np.array_split(np.arange(n), max(1, n // 7))])
+    elif shape == "parts":  # several sorted parts, each over the whole time range
+        order = np.concatenate([np.arange(n)[k::3] for k in range(3)])
+    elif shape == "reversed":
+        order = np.arange(n)[::-1]
+    else:
+        order = np.arange(n)
+    if shape == "equal":
+        start, end = np.full(n, 5, np.int64), np.full(n, 9, np.int64)
+    start, end, level = start[order], end[order], rng.integers(0, N_LEVELS, n)
+    step_start = np.arange(-100, int(end.max()) + 200, 300, dtype=np.int64)
+    step_end = step_start + 250
+    native = codec.native().phase_sweep(start, end, level, step_start, step_end, _mask_codes(), len(PHASES))
+    got = np.frombuffer(native, dtype=np.int64).reshape(len(step_start), len(PHASES))
+    np.testing.assert_array_equal(got, sweep_numpy(start, end, level, step_start, step_end))
+
+
 def test_large_sweep_is_the_same_both_ways() -> None:
-    """A rank's worth of nested segments (the radix sort's every pass), both sweeps."""
+    """A rank's worth of nested segments (long runs and merges), both sweeps."""
     rng = np.random.default_rng(7)
     n = 200_000
     start = np.cumsum(rng.integers(1, 1 << 20, n)) + (1 << 50)
