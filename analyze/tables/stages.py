@@ -596,7 +596,7 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         # in SQL, whose sort spills to disk beyond DuckDB's memory limit
         # the group's collective records once, by the codec, when they are all there is to count
         # (no name-only collectives): counted per rank here, rather than in SQL over the files
-        whole = _group_raw_collectives(spec, number) if not spec.named_groups else None
+        whole = _group_raw_collectives(spec, number, COLLECTIVE_ROWS) if not spec.named_groups else None
         if whole is None:
             batches = _rank_batches(con, COLLECTIVE_ROWS)
         else:
@@ -693,11 +693,15 @@ def _marker_steps(spec: Spec, number: int) -> dict[str, np.ndarray | Codes] | No
             "source": Codes(np.zeros(len(rank), np.int32), ("marker",))}
 
 
-def _group_raw_collectives(spec: Spec, number: int) -> dict[str, np.ndarray] | None:
+def _group_raw_collectives(spec: Spec, number: int, limit: int | None = None) -> dict[str, np.ndarray] | None:
     """Group ``number``'s raw collective records, read by the codec; None where it did not
-    write them (DuckDB's view group_raw_collectives has them then)."""
+    write them (DuckDB's view group_raw_collectives has them then) or, given ``limit``, where
+    they are more."""
+    files = _group_files(spec, RAW_COLLECTIVES, number)
+    if limit is not None and not spec.work.held(files, limit):
+        return None
     parts = []
-    for path in _group_files(spec, RAW_COLLECTIVES, number):
+    for path in files:
         part = spec.work.read_arrays(path)
         if part is None:
             return None
@@ -801,17 +805,14 @@ def match(k: int, spec: Spec) -> None:
 
 def _instances_in_numpy(spec: Spec, k: int) -> dict[str, np.ndarray] | None:
     """collectives.collective_match over bucket ``k``'s arrivals, in numpy, when the codec
-    wrote them and their communicators and sequence numbers are dense enough to count in a
-    table (a communicator's sequence numbers are consecutive: they are); None, for the SQL,
-    otherwise. At 10M events, 7-10 ms a bucket against DuckDB's 17 ms."""
-    parts = []
-    for path in sorted((spec.work.dir(ARRIVALS) / f"{ARRIVALS.partition_by}={k}").glob("*.parquet")):
-        part = spec.work.read_arrays(path)
-        if part is None:  # DuckDB wrote it (a rank numbered in SQL)
-            return None
-        parts.append(part)
-    if not parts:
+    wrote them, they are at most COLLECTIVE_ROWS and their communicators and sequence numbers
+    are dense enough to count in a table (a communicator's sequence numbers are consecutive:
+    they are); None, for the SQL (which spills), otherwise. At 10M events, 7-10 ms a bucket
+    against DuckDB's 17 ms."""
+    files = sorted((spec.work.dir(ARRIVALS) / f"{ARRIVALS.partition_by}={k}").glob("*.parquet"))
+    if not files or not spec.work.held(files, COLLECTIVE_ROWS):  # DuckDB wrote them (a rank numbered in SQL), or many
         return None
+    parts = [part for part in map(spec.work.read_arrays, files) if part is not None]
     comm, seq, enter, root = (np.concatenate([part[c] for part in parts])
                               for c in ("comm_id", "seq", "enter_ns", "is_root"))
     lo_c, lo_s = int(comm.min()), int(seq.min())
@@ -1015,27 +1016,36 @@ def _instances_of(con: duckdb.DuckDBPyConnection, work: Store, files: list[Path]
                   rows: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The shuffle's instances (:data:`INSTANCES`, one file per bucket) of the communicators
     and sequence numbers of ``rows`` (and a few more: those in the range of sequence numbers of
-    each communicator), a file at a time, so that what is held does not grow with the other
-    ranks' instances. Read by the codec; by DuckDB where the codec did not write them (at
-    10M events, 7-12 ms against the 25-40 ms of DuckDB's join of the files with the ranges)."""
+    each communicator). Read by the codec and filtered in numpy when they are at most
+    COLLECTIVE_ROWS (at 10M events, 7-12 ms against the 25-40 ms of DuckDB's join of the files
+    with the ranges); else by that join, which holds only what it finds."""
     columns = tuple(c.name for c in INSTANCES.columns)
-    parts = []
-    if files and len(rows["seq"]):
-        comm, seq = rows["comm_id"], rows["seq"]
-        order = np.argsort(comm, kind="stable")
-        first = np.flatnonzero(np.r_[True, comm[order][1:] != comm[order][:-1]])
-        comms = comm[order][first]  # sorted, distinct
-        lo, hi = np.minimum.reduceat(seq[order], first), np.maximum.reduceat(seq[order], first)
-        for path in files:
-            found = work.read_arrays(path)
-            if found is None:
-                found = con.execute(f"SELECT * FROM read_parquet({literal(path)})").fetchnumpy()
-            at = np.searchsorted(comms, found["comm_id"]).clip(0, len(comms) - 1)
-            wanted = (comms[at] == found["comm_id"]) & (found["seq"] >= lo[at]) & (found["seq"] <= hi[at])
-            parts.append(found if wanted.all() else {c: found[c][wanted] for c in columns})
-    if not parts:
+    if not files or not len(rows["seq"]):
         return {c: np.zeros(0, bool if c == "has_root" else np.int64) for c in columns}
-    return {c: np.concatenate([np.asarray(part[c]) for part in parts]) for c in columns}
+    comm, seq = rows["comm_id"], rows["seq"]
+    order = np.argsort(comm, kind="stable")
+    first = np.flatnonzero(np.r_[True, comm[order][1:] != comm[order][:-1]])
+    comms = comm[order][first]  # sorted, distinct
+    lo, hi = np.minimum.reduceat(seq[order], first), np.maximum.reduceat(seq[order], first)
+    if not work.held(files, COLLECTIVE_ROWS):
+        con.register(WANTED, pd.DataFrame({"comm_id": comms, "lo": lo, "hi": hi}))
+        try:
+            found = con.execute(f"""
+                SELECT i.* FROM read_parquet([{", ".join(literal(f) for f in files)}]) i JOIN {WANTED} w
+                  ON i.comm_id = w.comm_id AND i.seq BETWEEN w.lo AND w.hi""").fetchnumpy()
+        finally:
+            con.unregister(WANTED)
+        return {c: np.asarray(found[c]) for c in columns}
+    parts = []
+    for part in map(work.read_arrays, files):
+        assert part is not None  # (held: the codec's)
+        at = np.searchsorted(comms, part["comm_id"]).clip(0, len(comms) - 1)
+        wanted = (comms[at] == part["comm_id"]) & (part["seq"] >= lo[at]) & (part["seq"] <= hi[at])
+        parts.append(part if wanted.all() else {c: part[c][wanted] for c in columns})
+    return {c: np.concatenate([part[c] for part in parts]) for c in columns}
+
+
+WANTED = "wanted_instances"  # per communicator, the range of sequence numbers a slice of rows has
 
 
 def _phases(spec: Spec, con: duckdb.DuckDBPyConnection, tag: str,

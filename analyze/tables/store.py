@@ -247,6 +247,22 @@ class Store:
             return None
         return {name: np.frombuffer(data, np.dtype(kind)) for name, kind, data in found}  # int64, int32, bool
 
+    def rows(self, path: Path | str) -> int | None:
+        """How many rows a file :meth:`write_arrays` wrote has (its footer only); None for a
+        file :meth:`read_arrays` would not read."""
+        count = getattr(codec.native(), "parquet_rows", None)
+        return count(str(path), CREATED_BY) if count is not None else None
+
+    def held(self, paths: Iterable[Path | str], limit: int) -> bool:
+        """Whether :meth:`read_arrays` reads all of ``paths`` and they hold at most ``limit`` rows."""
+        total = 0
+        for path in paths:
+            rows = self.rows(path)
+            if rows is None:
+                return False
+            total += rows
+        return total <= limit
+
     def prepare(self, table: Table, parts: Iterable[int]) -> None:
         """Create the partition directories up front: writers in several processes then never
         race to create the same one."""

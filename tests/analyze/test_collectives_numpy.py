@@ -199,13 +199,14 @@ instance = st.tuples(st.sampled_from([0, 3, -5, 2**61, 9]), st.integers(0, 40), 
 @settings(max_examples=60, deadline=None)
 @given(given_instances=st.lists(instance, max_size=30, unique_by=lambda i: i[:2]),
        wanted=st.lists(st.tuples(st.sampled_from([0, 3, -5, 2**61, 7]), st.integers(0, 40)), max_size=20),
-       files=st.integers(1, 3), by_codec=st.booleans())
+       files=st.integers(1, 3), by_codec=st.booleans(), limit=st.sampled_from([0, 1000]))
 def test_a_slices_instances_are_those_of_its_communicators_and_sequence_ranges(
         given_instances: list[tuple[int, ...]], wanted: list[tuple[int, int]], files: int, by_codec: bool,
-        tmp_path_factory: pytest.TempPathFactory) -> None:
+        limit: int, tmp_path_factory: pytest.TempPathFactory) -> None:
     # the shuffle's instances (bucket files written by the codec or, without it, by DuckDB)
     # that a slice of rows needs: per communicator of the rows, the sequence numbers from its
-    # smallest to its largest, as the SQL join with those ranges gave them
+    # smallest to its largest, as the SQL join with those ranges gives them (which reads
+    # DuckDB's files and more than the limit of rows; numpy the codec's few)
     from analyze.tables import stages
     from analyze.tables.store import Store
 
@@ -225,7 +226,11 @@ def test_a_slices_instances_are_those_of_its_communicators_and_sequence_ranges(
             con.unregister("part")
     paths = sorted(work.dir(stages.INSTANCES).glob("*.parquet"))  # as the finish tasks find them
     want = {"comm_id": np.array([w[0] for w in wanted], np.int64), "seq": np.array([w[1] for w in wanted], np.int64)}
-    found = stages._instances_of(con, work, paths, want)
+    kept, stages.COLLECTIVE_ROWS = stages.COLLECTIVE_ROWS, limit
+    try:
+        found = stages._instances_of(con, work, paths, want)
+    finally:
+        stages.COLLECTIVE_ROWS = kept
     assert list(found) == columns
     con.register("want", want)
     con.register("given", rows)
@@ -240,9 +245,9 @@ def test_a_slices_instances_are_those_of_its_communicators_and_sequence_ranges(
 @settings(max_examples=80, deadline=None)
 @given(arrivals=st.lists(st.tuples(st.sampled_from([0, 3, -5]), st.integers(0, 5), st.integers(-5, 99), st.booleans()),
                          max_size=40),
-       batches=st.integers(1, 3), sparse=st.booleans())
+       batches=st.integers(1, 3), sparse=st.booleans(), limit=st.sampled_from([3, 1000]))
 def test_a_buckets_instances_counted_in_numpy_are_the_sqls(
-        arrivals: list[tuple[int, int, int, bool]], batches: int, sparse: bool,
+        arrivals: list[tuple[int, int, int, bool]], batches: int, sparse: bool, limit: int,
         tmp_path_factory: pytest.TempPathFactory) -> None:
     # the shuffle's match of one bucket (arrivals from several groups' files) in numpy, where
     # the keys are dense enough for a table; a communicator far from the others leaves it to the SQL
@@ -257,8 +262,12 @@ def test_a_buckets_instances_counted_in_numpy_are_the_sqls(
     for b in range(batches):
         spec.work.write_arrays(con, stages.ARRIVALS, {c: v[b::batches] for c, v in rows.items()} | {
             "bucket": np.zeros(len(rows["seq"][b::batches]), np.int32)}, f"g{b}")
-    found = stages._instances_in_numpy(spec, 0)
-    if not arrivals or sparse and len(arrivals) > 1:  # no files; keys too sparse for a table
+    kept, stages.COLLECTIVE_ROWS = stages.COLLECTIVE_ROWS, limit
+    try:
+        found = stages._instances_in_numpy(spec, 0)
+    finally:
+        stages.COLLECTIVE_ROWS = kept
+    if not arrivals or sparse and len(arrivals) > 1 or len(arrivals) > limit:  # no files; keys too sparse; too many
         assert found is None
         return
     assert found is not None and list(found) == [c.name for c in stages.INSTANCES.columns]

@@ -153,16 +153,17 @@ def test_without_the_codec_the_tables_are_the_same(tmp_path: Path, monkeypatch: 
     assert len(native["collectives"]) == 40
 
 
-@pytest.mark.parametrize(("named", "limit", "expected"), [
-    (True, 5, [(0, 0, 10), (1, 1, 10), (2, 2, 10), (3, 3, 10)]),  # a rank over the limit: alone, numbered in SQL
-    (True, 20, [(0, 1, 20), (2, 3, 20)]),  # two ranks at a time, in numpy
+@pytest.mark.parametrize(("named", "limit", "in_sql", "expected"), [
+    (True, 5, True, [(0, 0, 10), (1, 1, 10), (2, 2, 10), (3, 3, 10)]),  # a rank over the limit: alone, numbered in SQL
+    (True, 20, True, [(0, 1, 20), (2, 3, 20)]),  # two ranks at a time, in numpy
     # only recorded collectives (the bench's synthetic archive): counted in numpy from the
-    # codec's files, not in SQL
-    (False, 100, [(0, 0, 135), (1, 1, 135), (2, 2, 135), (3, 3, 135)]),
-    (False, 300, [(0, 1, 270), (2, 3, 270)]),
+    # codec's files when they are at most the limit, else in SQL
+    (False, 100, True, [(0, 0, 135), (1, 1, 135), (2, 2, 135), (3, 3, 135)]),
+    (False, 300, True, [(0, 1, 270), (2, 3, 270)]),
+    (False, 540, False, [(0, 3, 540)]),
 ])
 def test_collectives_numbered_a_few_ranks_at_a_time_give_the_same_tables(
-        named: bool, limit: int, expected: list[tuple[int, int, int]], tmp_path: Path,
+        named: bool, limit: int, in_sql: bool, expected: list[tuple[int, int, int]], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     # one group of 4 ranks: named_run's 10 collectives each (recorded and by name), or 135 recorded
     if named:
@@ -183,7 +184,7 @@ def test_collectives_numbered_a_few_ranks_at_a_time_give_the_same_tables(
                         or batches[-1][1])
     monkeypatch.setattr(stages, "_rank_batches", lambda con, limit: batches.append(("sql", [])) or counted(con, limit))
     apart = snapshot(analyze.build(run, db=tmp_path / "apart.duckdb", engine=LocalEngine(1), patterns=patterns).db)
-    assert batches == ([("sql", [])] if named else []) + [("", expected)]
+    assert batches == ([("sql", [])] if in_sql else []) + [("", expected)]
     assert apart == whole
 
 

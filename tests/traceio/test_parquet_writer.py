@@ -135,14 +135,19 @@ def test_the_reader_declines_what_it_did_not_write(tmp_path: Path) -> None:
     path = tmp_path / "ours.parquet"
     native.write_parquet(str(path), [("a", "int64", np.arange(1000, dtype=np.int64), False)], "dltrace")
     assert native.read_parquet(str(path), "someone else") is None  # another writer's name
+    # its row count from the footer alone, for exactly the files it reads
+    assert native.parquet_rows(str(path), "dltrace") == 1000
+    assert native.parquet_rows(str(path), "someone else") is None
     duck = tmp_path / "duck.parquet"
     duckdb.execute(f"copy (select range::BIGINT a from range(1000)) to '{duck}' (FORMAT parquet)")
     assert native.read_parquet(str(duck), "dltrace") is None
+    assert native.parquet_rows(str(duck), "dltrace") is None
     data = path.read_bytes()
     bad = tmp_path / "bad.parquet"
     for damaged in (data[:-1], data[:20] + data[21:], data[:4] + b"\xff" * 8 + data[12:], b"PAR1PAR1", b""):
         bad.write_bytes(damaged)
         assert native.read_parquet(str(bad), "dltrace") is None
+        assert native.parquet_rows(str(bad), "dltrace") in (None, 1000)  # (the footer may be whole)
     # damage anywhere never reads outside the file: it is declined, or (in the packed values,
     # which carry no checksum) read as other numbers
     rng = np.random.default_rng(0)
@@ -153,8 +158,12 @@ def test_the_reader_declines_what_it_did_not_write(tmp_path: Path) -> None:
         bad.write_bytes(bytes(damaged) + (b"" if damaged[-4:] == b"PAR1" else data[-8:]))
         got = native.read_parquet(str(bad), "dltrace")
         assert got is None or [(n, k, len(c)) for n, k, c in got] == [("a", "int64", 8000)]
+        rows = native.parquet_rows(str(bad), "dltrace")  # the footer alone: never a crash
+        assert rows is None or isinstance(rows, int)
     with pytest.raises(OSError, match="missing"):
         native.read_parquet(str(tmp_path / "missing.parquet"), "dltrace")
+    with pytest.raises(OSError, match="missing"):
+        native.parquet_rows(str(tmp_path / "missing.parquet"), "dltrace")
 
 
 @pytest.mark.parametrize("n", [0, 1, 1000, 1_000_001])

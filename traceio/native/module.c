@@ -151,6 +151,9 @@ static PyMethodDef methods[] = {
      "read_parquet(path, created_by) -> [(name, 'int64'|'int32'|'bool', Column)] or None\n"
      "The columns of a file write_parquet wrote with created_by (NULL as -1); None for any\n"
      "other file, which the caller reads otherwise (see parquet_read.c)."},
+    {"parquet_rows", native_parquet_rows, METH_VARARGS,
+     "parquet_rows(path, created_by) -> rows, or None for a file read_parquet declines\n"
+     "Only the footer is read."},
     {"lanes", native_lanes, METH_VARARGS,
      "lanes(records, first_index) -> [(index, records)]\n"
      "First-fit lanes for time-sorted asynchronous collectives (instrument.merge._lanes)."},

@@ -64,6 +64,7 @@ PyObject *native_replay_thread(PyObject *self, PyObject *args);
 PyObject *native_lanes(PyObject *self, PyObject *args);
 PyObject *native_write_parquet(PyObject *self, PyObject *args);
 PyObject *native_read_parquet(PyObject *self, PyObject *args);
+PyObject *native_parquet_rows(PyObject *self, PyObject *args);
 PyObject *native_phase_sweep(PyObject *self, PyObject *args);
 
 #endif

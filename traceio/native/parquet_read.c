@@ -533,3 +533,61 @@ PyObject *native_read_parquet(PyObject *self, PyObject *args) {
         Py_RETURN_NONE;
     return out;
 }
+
+/* parquet_rows(path, created_by) -> rows, or None: only the footer read, to choose how to
+ * read a file before reading it (the codec whole, or DuckDB a part at a time). */
+PyObject *native_parquet_rows(PyObject *self, PyObject *args) {
+    const char *path, *created_by;
+    if (!PyArg_ParseTuple(args, "ss", &path, &created_by))
+        return NULL;
+    int io_error = 0, declined = 0, oom = 0;
+    Footer f;
+    memset(&f, 0, sizeof f);
+    f.rows = -1;
+    Py_BEGIN_ALLOW_THREADS
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        io_error = errno;
+    } else {
+        uint8_t head[4], tail[8];
+        long size = -1;
+        if (fseek(fp, 0, SEEK_END) != 0 || (size = ftell(fp)) < 0) {
+            io_error = errno ? errno : EIO;
+        } else if (size < 12) {
+            declined = 1;
+        } else if (fseek(fp, 0, SEEK_SET) != 0 || fread(head, 1, 4, fp) != 4 || fseek(fp, size - 8, SEEK_SET) != 0 ||
+                   fread(tail, 1, 8, fp) != 8) {
+            io_error = errno ? errno : EIO;
+        } else {
+            uint32_t len;
+            memcpy(&len, tail, 4);
+            if (memcmp(head, "PAR1", 4) || memcmp(tail + 4, "PAR1", 4) || (size_t)len > (size_t)size - 12) {
+                declined = 1;
+            } else {
+                uint8_t *meta = malloc((size_t)len + PAD);
+                if (meta == NULL) {
+                    oom = 1;
+                } else if (fseek(fp, size - 8 - (long)len, SEEK_SET) != 0 || fread(meta, 1, len, fp) != len) {
+                    io_error = errno ? errno : EIO;
+                } else {
+                    memset(meta + len, 0, PAD);
+                    In in = {meta, meta + len, 0};
+                    read_footer(&in, &f, created_by);
+                    declined = in.bad || !f.created_ok || f.rows < 0 || f.ncol < 1;
+                }
+                free(meta);
+            }
+        }
+        fclose(fp);
+    }
+    Py_END_ALLOW_THREADS
+    if (oom)
+        return PyErr_NoMemory();
+    if (io_error) {
+        errno = io_error;
+        return PyErr_SetFromErrnoWithFilename(PyExc_OSError, path);
+    }
+    if (declined)
+        Py_RETURN_NONE;
+    return PyLong_FromLongLong((long long)f.rows);
+}
