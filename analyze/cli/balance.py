@@ -35,15 +35,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ns: argparse.Namespace) -> int:
-    import duckdb
-
     from analyze.errors import AnalyzeError
     from analyze.tables import database
     from analyze.tables.causes import balance
 
-    paths = database.build(ns.run, force=ns.force, step_region=ns.step_region, causes=True)
-    with duckdb.connect(str(paths.db), read_only=True) as con:
-        table = con.execute("SELECT * FROM rank_balance ORDER BY rank").df()
+    paths, table = database.built(ns.run, lambda con: con.execute("SELECT * FROM rank_balance ORDER BY rank").df(),
+                                  force=ns.force, step_region=ns.step_region, causes=True)
     if table.empty:
         raise AnalyzeError(f"{ns.run} has no steps to balance")
     if ns.shares is not None or ns.global_batch is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from analyze.cli.common import display
 from analyze.cli.overlap import add_run_arguments
@@ -21,16 +22,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ns: argparse.Namespace) -> int:
-    import duckdb
-
     from analyze.tables import database
     from analyze.tables.causes import views
 
-    paths = database.build(ns.run, force=ns.force, step_region=ns.step_region, causes=True)
-    with duckdb.connect(str(paths.db), read_only=True) as con:
-        lines = views.delay_lines(con, ns.top)
+    def read(con: Any) -> tuple[list[str], Any, Any]:
         idle, steps = con.execute("""SELECT sum(duration_ns) FILTER (WHERE phase = 'idle'),
                                             count(DISTINCT (rank, step)) FROM phases""").fetchall()[0]
+        return views.delay_lines(con, ns.top), idle, steps
+
+    paths, (lines, idle, steps) = database.built(ns.run, read, force=ns.force, step_region=ns.step_region,
+                                                 causes=True)
     if not lines:
         print("no idle time: no rank waited for another")
     else:

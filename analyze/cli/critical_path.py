@@ -22,15 +22,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ns: argparse.Namespace) -> int:
-    import duckdb
-
     from analyze.tables import database
     from analyze.tables.causes import views
 
-    paths = database.build(ns.run, force=ns.force, step_region=ns.step_region, causes=True)
-    with duckdb.connect(str(paths.db), read_only=True) as con:
-        steps = views.critical_path_summary(con)
-        parts = views.path_contributions(con)
+    paths, (steps, parts) = database.built(
+        ns.run, lambda con: (views.critical_path_summary(con), views.path_contributions(con)),
+        force=ns.force, step_region=ns.step_region, causes=True)
     print(steps.to_string(index=False, na_rep="-"))
     if len(steps):
         cost = steps["imbalance_ms"].sum()

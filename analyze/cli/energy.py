@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
+from typing import Any
 
 from analyze.cli.common import display
 
@@ -40,20 +41,23 @@ def _why_none(run_dir: Path) -> str:
 
 
 def run(ns: argparse.Namespace) -> int:
-    import duckdb
     import pandas as pd
 
     from analyze import power
     from analyze.errors import AnalyzeError
     from analyze.tables import database
 
-    paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region)
-    with duckdb.connect(str(paths.db), read_only=True) as con:
+    def read(con: Any) -> tuple[Any, ...] | None:
         if not power.available(con):
-            raise AnalyzeError(f"{ns.run} has no energy or power samples{_why_none(paths.run_dir)}; "
-                               "record a run on a machine with RAPL or an NVIDIA GPU (docs/energy.md)")
-        devices, agreement = power.devices(con), power.agreement(con)
-        ranks, notes = power.per_rank(con, active_only=not ns.all_devices), power.notes(con)
+            return None
+        return (power.devices(con), power.agreement(con), power.per_rank(con, active_only=not ns.all_devices),
+                power.notes(con))
+
+    paths, found = database.built(ns.run, read, db=ns.db, force=ns.force, step_region=ns.step_region)
+    if found is None:
+        raise AnalyzeError(f"{ns.run} has no energy or power samples{_why_none(paths.run_dir)}; "
+                           "record a run on a machine with RAPL or an NVIDIA GPU (docs/energy.md)")
+    devices, agreement, ranks, notes = found
     fmt = {"interval_ms": "{:.1f}".format, "seconds": "{:.2f}".format, "energy_j": "{:.1f}".format,
            "mean_power_w": "{:.1f}".format}
     shown = devices.drop(columns=["name"]).copy()

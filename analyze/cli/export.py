@@ -28,15 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ns: argparse.Namespace) -> int:
-    import duckdb
-
     from analyze.export import chrome
     from analyze.tables import database
 
-    paths = database.build(ns.run, db=ns.db)
-    out = ns.output or Path(f"{paths.name}.chrome.json.gz")
-    with duckdb.connect(str(paths.db), read_only=True) as con:
-        written = chrome.export(con, out)
+    out = ns.output or Path(f"{database.resolve(ns.run, ns.db).name}.chrome.json.gz")
+    paths, written = database.built(ns.run, lambda con: chrome.export(con, out), db=ns.db)
     n = len(written)
     what = display(written[0]) if chrome.is_merged(out) else f"{n} file{'s' if n != 1 else ''} in {display(out)}"
     print(f"written: {what}")

@@ -29,15 +29,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(ns: argparse.Namespace) -> int:
-    import duckdb
-
     from analyze.tables import database
     from analyze.tables.causes import views
 
-    paths = database.build(ns.run, force=ns.force, step_region=ns.step_region, causes=True)
-    with duckdb.connect(str(paths.db), read_only=True) as con:
-        table = views.overlap_summary(con)
-        device = views.device_overlap_summary(con)
+    paths, (table, device) = database.built(
+        ns.run, lambda con: (views.overlap_summary(con), views.device_overlap_summary(con)),
+        force=ns.force, step_region=ns.step_region, causes=True)
     print(table.to_string(index=False, na_rep="-"))
     print("ms per step (mean over steps); comm: wall time with communication in flight; busy: summed "
           "over lanes; overlap = hidden / comm")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from analyze.cli.common import display
 
@@ -38,16 +39,16 @@ def run(ns: argparse.Namespace) -> int:
 
         print(pattern_set.text(pattern_set.load(ns.patterns)))
         return 0
-    import duckdb
-
     from analyze.tables import database, regions
 
-    paths = database.build(ns.run, db=ns.db, force=ns.force, step_region=ns.step_region, patterns=ns.patterns)
-    with duckdb.connect(str(paths.db), read_only=True) as con:
-        table = regions.region_table(con, everything=ns.all)
-        named = con.execute("""SELECT cm.name, count(*), count(DISTINCT c.rank), min(c.ranks_matched)
-                               FROM collectives c JOIN communicators cm USING (comm_id)
-                               WHERE c.source = 'name' GROUP BY cm.name ORDER BY cm.name""").fetchall()
+    def read(con: Any) -> tuple[Any, list[Any]]:
+        return regions.region_table(con, everything=ns.all), con.execute(
+            """SELECT cm.name, count(*), count(DISTINCT c.rank), min(c.ranks_matched)
+               FROM collectives c JOIN communicators cm USING (comm_id)
+               WHERE c.source = 'name' GROUP BY cm.name ORDER BY cm.name""").fetchall()
+
+    paths, (table, named) = database.built(ns.run, read, db=ns.db, force=ns.force, step_region=ns.step_region,
+                                           patterns=ns.patterns)
     # matched: rows in `collectives` (from records or by name); a name-matched region nested in
     # another communication region has none: it is part of that one
     rows = [("", "region", "category", "op", "instances", "matched", "main_ms", "why")]

@@ -74,3 +74,48 @@ def test_diff_prints_and_draws(runs: tuple[Path, Path], tmp_path: Path) -> None:
     missing = analyze("diff", str(runs[0]), str(tmp_path / "nope"))
     assert missing.returncode != 0 and "no such run or directory" in missing.stderr
     assert "Traceback" not in missing.stderr
+
+
+@pytest.mark.parametrize("verb", ["causes", "overlap", "critical-path", "balance", "patterns", "export", "energy"])
+def test_a_verb_that_builds_reads_on_the_builds_connection(
+        verb: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each verb that may build reads what it prints from the build's own connection (no second
+    DuckDB instance, 20-30 ms), and prints the same from a current database read read-only;
+    energy's sentence about a run without power comes once the database is installed."""
+    import duckdb
+
+    from analyze.cli import build_parser
+    from analyze.errors import AnalyzeError
+    from analyze.tables import database
+
+    items = []
+    for s in range(2):
+        for rank in range(2):
+            items += step(rank, 200 * s, 40 if rank == 1 else 10, 50, 50)
+    run = tmp_path / "run"
+    write_literal(run, items)
+    extra = ["--output", str(tmp_path / "out.json.gz")] if verb == "export" else []
+    made: list[bool] = []
+    real_connect = duckdb.connect
+
+    def spy(*args: object, **kwargs: object) -> duckdb.DuckDBPyConnection:
+        made.append(bool(kwargs.get("read_only")))
+        return real_connect(*args, **kwargs)  # type: ignore[arg-type]
+
+    def printed() -> str:
+        ns = build_parser().parse_args([verb, str(run), *extra])
+        try:
+            ns.command(ns)
+        except AnalyzeError as e:
+            print(f"analyze: {e}")
+        return capsys.readouterr().out
+
+    monkeypatch.setattr(duckdb, "connect", spy)
+    first = printed()
+    assert made == [False]  # the build's one instance, read too
+    assert database.is_current(database.resolve(run), {"step_region": None, "patterns": database.pattern_set.load(
+        None).digest()})
+    made.clear()
+    again = printed()
+    assert made and all(made)  # current: read-only
+    assert again == first and ("no energy or power samples" in first if verb == "energy" else "analyze:" not in first)
