@@ -103,7 +103,7 @@ def path_contributions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         SELECT rank, region, category, round(sum(duration_ns) / 1e6, 3) AS path_ms,
                round(100.0 * sum(duration_ns) / (SELECT sum(duration_ns) FROM critical_path_regions), 1)
                    AS "path%"
-        FROM critical_path_regions GROUP BY ALL ORDER BY sum(duration_ns) DESC
+        FROM critical_path_regions GROUP BY ALL ORDER BY sum(duration_ns) DESC, rank, region, category
     """).df()
 
 
