@@ -24,8 +24,9 @@ enum { SHIFT = 6 };
 /* A natural merge sort, for the nearly sorted: runs already in order are found, short ones
  * grown to MINRUN by insertion, and neighbours merged in rounds, each merge moving only
  * where the two runs overlap (a rank's segment ends come nearly sorted, and its starts: a
- * region starts just before the regions it calls, which end before it; on 670k such
- * boundaries 3-4 ms, where the radix sort took 15-20). O(n log n) whatever the input. */
+ * region starts just before the regions it calls, which end before it). The whole sweep of
+ * a rank's 670k segments took 26 ms with it, 39 ms with an LSD radix sort, two thirds of
+ * which was the sort. O(n log n) whatever the input. */
 enum { MINRUN = 32 };
 
 /* the first position in a[lo, hi) whose value is above v (upper) or not below it */
