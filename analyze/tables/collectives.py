@@ -151,8 +151,7 @@ def number(raw: Mapping[str, np.ndarray], named: Mapping[str, np.ndarray], main:
     rows["by_name"] = np.r_[np.zeros(len(rec["rank"]), bool), np.ones(n_named, bool)]
     ids = np.fromiter(main.keys(), np.int64, len(main))
     flags = np.fromiter(main.values(), bool, len(main))
-    location = rows["location_id"]
-    at = position(np.zeros(len(ids), np.int64), ids, np.zeros(len(location), np.int64), location)
+    at = index_of(ids, rows["location_id"])
     if (at < 0).any():  # as the SQL's join with the locations: rows of other locations go
         defined = at >= 0
         rows = {k: v[defined] for k, v in rows.items()}
@@ -229,6 +228,13 @@ def final(rows: Mapping[str, np.ndarray], instances: Mapping[str, np.ndarray],
     return {**rows, "bytes": np.where(one_to_all, rows["bytes_recv"], rows["bytes_sent"]),
             "last_arrival_ns": last, "wait_ns": wait, "transfer_ns": leave - enter - wait,
             "ranks_matched": np.asarray(instances["ranks_matched"], np.int64)[at]}
+
+
+def index_of(ids: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """Where each wanted integer is among the distinct ``ids`` (definition ids: regions,
+    locations), -1 where it is not: :func:`position` with one communicator."""
+    return position(np.zeros(len(ids), np.int64), np.asarray(ids, np.int64), np.zeros(len(want), np.int64),
+                    np.asarray(want, np.int64))
 
 
 def position(comm: np.ndarray, seq: np.ndarray, want_comm: np.ndarray, want_seq: np.ndarray) -> np.ndarray:

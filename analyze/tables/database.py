@@ -293,10 +293,9 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
     stats, source, read_s, channels = _run_stages(engine, paths, store, defs, used, chunk_rows, step_region,
                                                   memory, con, categories)
     stages.fill_empty(con, store, stages.STAGE_TABLES)  # first: each view is made once
-    # the stages' tables, and the definitions' (as written for the stages) instead of their tables:
-    # one call (22 statements, each about a millisecond, mostly DuckDB reading a file's schema)
-    con.execute(";\n".join([*(store.view_sql(table) for table in stages.STAGE_TABLES),
-                             *(f"DROP TABLE {table.name};\n{store.view_sql(table)}" for table in DEFINITIONS)]))
+    # the stages' tables, and the definitions' (as written for the stages) instead of their tables
+    con.execute(";\n".join(f"DROP TABLE {table.name}" for table in DEFINITIONS))
+    store.views(con, (*stages.STAGE_TABLES, *DEFINITIONS))
     # from the tables the stages wrote: the channels' sample counts, then energy
     if channels is not None:
         con.execute("RESET threads")  # the energy's joins, over every core
@@ -308,9 +307,8 @@ def _fill(con: duckdb.DuckDBPyConnection, paths: RunPaths, root: Path, engine: E
     # read them fill them, maybe later
     _export(con, store, tuple(t for t in TABLES if t not in stages.STAGE_TABLES and t not in DEFINITIONS
                               and t not in CAUSE_TABLES))
-    empty = stages.fill_empty(con, store, tuple(t for t in TABLES if t not in CAUSE_TABLES))
-    if empty:  # their views were of no files
-        con.execute(";\n".join(store.view_sql(table) for table in empty))
+    # (their views were of no files)
+    store.views(con, stages.fill_empty(con, store, tuple(t for t in TABLES if t not in CAUSE_TABLES)))
     con.execute(f"CREATE TABLE {BUILD_INFO} (key VARCHAR, value VARCHAR)")
     _insert(con, BUILD_INFO, [
         ("signature", signature), ("step_source", steps.label(source, step_region)), ("patterns", names.origin),
@@ -406,7 +404,7 @@ def _export(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, .
     """DuckDB tables -> Parquet files (partitioned as declared), each replaced by a view; an
     empty one is only dropped (stages.fill_empty gives it its file and view, a tenth of what
     DuckDB's COPY of no rows costs)."""
-    views = []
+    exported = []
     for table in tables:
         found = con.execute(f"SELECT EXISTS (SELECT 1 FROM {table.name})").fetchone()
         rows = bool(found and found[0])
@@ -414,9 +412,8 @@ def _export(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, .
             store.write(con, table, f"SELECT * FROM {table.name}", "data")
         con.execute(f"DROP TABLE {table.name}")
         if rows:
-            views.append(store.view_sql(table))
-    if views:
-        con.execute(";\n".join(views))
+            exported.append(table)
+    store.views(con, exported)
 
 
 def _write(con: duckdb.DuckDBPyConnection, store: Store, tables: tuple[Table, ...]) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.schema import COMPUTE_CATEGORIES, Category, Phase, Rule
-from analyze.tables.collectives import position
+from analyze.tables.collectives import index_of, position
 from traceio import codec
 
 # Levels of the sweep.
@@ -296,9 +296,7 @@ def segments_of(intervals: Mapping[str, np.ndarray], levels: Mapping[str, np.nda
     on_device: on an accelerator stream) and the receives' waits ``p2p``
     (:func:`receive_waits`). The build's phase stage uses it on what it holds in memory;
     every segment is one of :func:`segments`."""
-    region = np.asarray(intervals["region_id"], np.int64)
-    ids = np.asarray(levels["region_id"], np.int64)
-    at = position(np.zeros(len(ids), np.int64), ids, np.zeros(len(region), np.int64), region)
+    at = index_of(levels["region_id"], intervals["region_id"])
     kept = np.flatnonzero(at >= 0)  # the intervals of regions with a level
     at = at[kept]
     level = np.asarray(levels["level"], np.int64)[at]

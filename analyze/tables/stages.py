@@ -95,8 +95,8 @@ COLL_ROWS = table_of("coll_rows", collectives.ROW_COLUMNS)
 # ranks (collectives.collective_match, root_enter -1 where no root took part: has_root false)
 INSTANCES = table_of("instances", {"comm_id": np.int64, "seq": np.int64, "last_enter": np.int64,
                                    "ranks_matched": np.int64, "root_enter": np.int64, "has_root": np.bool_})
-ARRIVALS = table_of("arrivals", {"comm_id": np.int64, "seq": np.int64, "enter_ns": np.int64, "is_root": np.bool_,
-                                 "bucket": np.int32}, "bucket")
+ARRIVAL_DTYPES = {"comm_id": np.int64, "seq": np.int64, "enter_ns": np.int64, "is_root": np.bool_, "bucket": np.int32}
+ARRIVALS = table_of("arrivals", ARRIVAL_DTYPES, "bucket")
 # what the finish tasks need of the metric channels (metrics.channels: from the whole trace)
 CHANNELS = table_of("channel_rows", {"channel_id": np.int64, "metric_id": np.int64, "member_index": np.int32,
                                      "name": object, "unit": object, "mode": object, "scale": np.float64})
@@ -600,10 +600,7 @@ def prepare(group: tuple[int, list[int]], spec: Spec) -> dict[str, int]:
         if whole is None:
             batches = _rank_batches(con, COLLECTIVE_ROWS)
         else:
-            lowest = int(whole["rank"].min()) if len(whole["rank"]) else 0
-            per_rank = np.bincount(whole["rank"] - lowest)
-            batches = _batches([(lowest + r, int(per_rank[r])) for r in np.flatnonzero(per_rank).tolist()],
-                               COLLECTIVE_ROWS)
+            batches = _batches(_rank_counts(whole["rank"]), COLLECTIVE_ROWS)
         for k, (lo, hi, held) in enumerate(batches):
             where = f"WHERE rank BETWEEN {lo} AND {hi}"
             if held <= COLLECTIVE_ROWS:
@@ -675,19 +672,12 @@ def _marker_steps(spec: Spec, number: int) -> dict[str, np.ndarray | Codes] | No
     None, for the query, when the codec did not write the files, there are no markers (the
     query still writes the group's file of none) or more than COLLECTIVE_ROWS (the query's
     sort spills to disk beyond DuckDB's memory limit)."""
-    parts = []
-    held = 0
-    for f in _group_files(spec, STEP_INTERVALS, number):
-        part = spec.work.read_arrays(f)
-        if part is None:
-            return None
-        held += len(part["idx"])
-        if held > COLLECTIVE_ROWS:
-            return None
-        parts.append(part)
-    if not parts:
+    found = spec.work.read_all(_group_files(spec, STEP_INTERVALS, number),
+                               {"rank": np.int32, "idx": np.int64, "start_ns": np.int64, "end_ns": np.int64},
+                               COLLECTIVE_ROWS)
+    if found is None or not len(found["idx"]):
         return None
-    rank, idx, start, end = (np.concatenate([part[c] for part in parts]) for c in ("rank", "idx", "start_ns", "end_ns"))
+    rank, idx, start, end = found["rank"], found["idx"], found["start_ns"], found["end_ns"]
     step = collectives.numbered(rank, np.zeros(len(rank), np.int64), start, idx)  # one communicator
     return {"rank": rank, "step": step, "start_ns": start, "end_ns": end, "duration_ns": end - start,
             "source": Codes(np.zeros(len(rank), np.int32), ("marker",))}
@@ -697,17 +687,7 @@ def _group_raw_collectives(spec: Spec, number: int, limit: int | None = None) ->
     """Group ``number``'s raw collective records, read by the codec; None where it did not
     write them (DuckDB's view group_raw_collectives has them then) or, given ``limit``, where
     they are more."""
-    files = _group_files(spec, RAW_COLLECTIVES, number)
-    if limit is not None and not spec.work.held(files, limit):
-        return None
-    parts = []
-    for path in files:
-        part = spec.work.read_arrays(path)
-        if part is None:
-            return None
-        parts.append(part)
-    return {c: np.concatenate([part[c] for part in parts]) if parts else np.zeros(0, t)
-            for c, t in COLLECTIVE_COLUMNS.items()}
+    return spec.work.read_all(_group_files(spec, RAW_COLLECTIVES, number), COLLECTIVE_COLUMNS, limit)
 
 
 def _raw_collectives(spec: Spec, con: duckdb.DuckDBPyConnection, number: int, lo: int, hi: int,
@@ -732,6 +712,15 @@ def _rank_batches(con: duckdb.DuckDBPyConnection, limit: int) -> list[tuple[int,
                                     UNION ALL SELECT rank FROM group_named_collectives)
         GROUP BY rank ORDER BY rank""").fetchall()
     return _batches(counts, limit)
+
+
+def _rank_counts(rank: np.ndarray) -> list[tuple[int, int]]:
+    """(rank, rows) of each rank in ``rank`` (a group's few ranks: counted by position), ascending."""
+    if not len(rank):
+        return []
+    lowest = int(rank.min())
+    per_rank = np.bincount(rank - lowest)
+    return [(lowest + r, int(per_rank[r])) for r in np.flatnonzero(per_rank).tolist()]
 
 
 def _batches(counts: list[tuple[int, int]], limit: int) -> list[tuple[int, int, int]]:
@@ -781,24 +770,23 @@ def match(k: int, spec: Spec) -> None:
     """Bucket ``k`` of the shuffle: collective instances across ranks, message partners."""
     con = _connect(spec)
     try:
-        for name, view, query, out in (
-                ("arrivals", "coll_rows", collectives.collective_match(), INSTANCES.name),
-                ("msg_keys", "msg_keys", collectives.message_match(), "partners")):
-            files = spec.work.source(f"{name}/bucket={k}/*.parquet")
-            if files is None:
-                continue
-            (spec.work.root / out).mkdir(parents=True, exist_ok=True)
-            con.execute(f"CREATE OR REPLACE TEMP VIEW {view} AS SELECT * FROM read_parquet({files})")
-            if out == INSTANCES.name:  # written by the codec, which the finish tasks read back
-                found = _instances_in_numpy(spec, k)
-                if found is None:
-                    found = con.execute(f"""SELECT comm_id, seq, last_enter, ranks_matched,
-                                                   coalesce(root_enter, -1) AS root_enter,
-                                                   root_enter IS NOT NULL AS has_root
-                                            FROM ({query})""").fetchnumpy()
-                spec.work.write_arrays(con, INSTANCES, found, str(k))
-                continue
-            con.execute(f"COPY ({query}) TO {literal(spec.work.root / out / f'{k}.parquet')} ({FORMAT})")
+        # the instances, written by the codec, which the finish tasks read back
+        arrivals = spec.work.source(f"arrivals/bucket={k}/*.parquet")
+        if arrivals is not None:
+            found = _instances_in_numpy(spec, k)
+            if found is None:
+                con.execute(f"CREATE OR REPLACE TEMP VIEW coll_rows AS SELECT * FROM read_parquet({arrivals})")
+                found = con.execute(f"""SELECT comm_id, seq, last_enter, ranks_matched,
+                                               coalesce(root_enter, -1) AS root_enter,
+                                               root_enter IS NOT NULL AS has_root
+                                        FROM ({collectives.collective_match()})""").fetchnumpy()
+            spec.work.write_arrays(con, INSTANCES, found, str(k))
+        keys = spec.work.source(f"msg_keys/bucket={k}/*.parquet")
+        if keys is not None:
+            (spec.work.root / "partners").mkdir(parents=True, exist_ok=True)
+            con.execute(f"CREATE OR REPLACE TEMP VIEW msg_keys AS SELECT * FROM read_parquet({keys})")
+            con.execute(f"COPY ({collectives.message_match()}) TO "
+                        f"{literal(spec.work.root / 'partners' / f'{k}.parquet')} ({FORMAT})")
     finally:
         con.close()
 
@@ -809,12 +797,13 @@ def _instances_in_numpy(spec: Spec, k: int) -> dict[str, np.ndarray] | None:
     are dense enough to count in a table (a communicator's sequence numbers are consecutive:
     they are); None, for the SQL (which spills), otherwise. At 10M events, 7-10 ms a bucket
     against DuckDB's 17 ms."""
-    files = sorted((spec.work.dir(ARRIVALS) / f"{ARRIVALS.partition_by}={k}").glob("*.parquet"))
-    if not files or not spec.work.held(files, COLLECTIVE_ROWS):  # DuckDB wrote them (a rank numbered in SQL), or many
+    # None: DuckDB wrote them (a rank numbered in SQL), or they are many
+    found = spec.work.read_all(sorted((spec.work.dir(ARRIVALS) / f"{ARRIVALS.partition_by}={k}").glob("*.parquet")),
+                               {c: t for c, t in ARRIVAL_DTYPES.items() if c != ARRIVALS.partition_by},
+                               COLLECTIVE_ROWS)
+    if found is None or not len(found["seq"]):
         return None
-    parts = [part for part in map(spec.work.read_arrays, files) if part is not None]
-    comm, seq, enter, root = (np.concatenate([part[c] for part in parts])
-                              for c in ("comm_id", "seq", "enter_ns", "is_root"))
+    comm, seq, enter, root = found["comm_id"], found["seq"], found["enter_ns"], found["is_root"]
     lo_c, lo_s = int(comm.min()), int(seq.min())
     span = int(seq.max()) - lo_s + 1
     size = (int(comm.max()) - lo_c + 1) * span  # Python's integers: no overflow
@@ -944,10 +933,8 @@ def _segments_in_memory(spec: Spec, con: duckdb.DuckDBPyConnection, number: int,
         part = spec.work.read_arrays(path)
         if part is None:  # DuckDB wrote them (no codec)
             return None, None
-        lo = int(part["rank"].min())  # the group's few ranks: counted by position
-        per_rank = np.bincount(part["rank"] - lo)
-        for k in np.flatnonzero(per_rank).tolist():
-            counts[lo + k] = counts.get(lo + k, 0) + int(per_rank[k])
+        for rank, n in _rank_counts(part["rank"]):
+            counts[rank] = counts.get(rank, 0) + n
         total += len(part["rank"])
         if total > phases.WINDOW_SEGMENTS:
             parts = None
