@@ -1,21 +1,26 @@
 """`analyze phases` at scale, side by side: against the `otf2` Python API and Pipit, at 10^8
 events, and on the Dask engine with 1 and 2 workers (and what that predicts for 64).
 
-    python -m bench.scale ratios --events 10M --python-events 1M --pipit /tmp/pipit --pipit-events 200k
+    python -m bench.scale ratios --events 10M --pipit /tmp/pipit
+    python -m bench.scale ratios --events 10M --python-events 1M --pipit /tmp/pipit --pipit-events 200k  # quicker
     python -m bench.scale big --events 100M
     python -m bench.scale dask --events 1G --ranks 16 --workers 1,2
 
 ``ratios``: OTF2 -> queryable tables, end to end (the build with the local engine and the
-summary ``analyze phases`` prints, as it runs them: ``database.built``), on the same synthetic
-archive for us; the ``otf2`` package's Python API (our pipeline with the Python reader) and
-Pipit (``pipit.Trace.from_otf2``, then its exclusive-time metric, which pairs Enter and Leave
-as our intervals do; its source fetched from github.com/hpcgroup/pipit, not vendored) on smaller
-archives of the same kind, because they read about 0.1 M events/s. Their times are extrapolated
-per event to the big archive (the table says which numbers are), which is fair to them: their
-cost grows at least linearly. The
-three run in rounds (``--rounds``), one run each per round, and each ratio is taken within a
-round: the machine's speed drifts by 10-20% over minutes, more than the runs of one tool differ
-from each other back to back.
+summary ``analyze phases`` prints, as it runs them: ``database.built``), against the ``otf2``
+package's Python API (our pipeline with the Python reader) and Pipit
+(``pipit.Trace.from_otf2``, then its exclusive-time metric, which pairs Enter and Leave as our
+intervals do; its source fetched from github.com/hpcgroup/pipit, not vendored), by default all
+three on the same synthetic archive. They read about 0.1 M events/s, so ``--python-events`` and
+``--pipit-events`` can give them a smaller archive of the same kind for a quicker run; their
+times are then extrapolated per event (the table says which numbers are). That flatters us a
+little: Pipit took 11.7 us per event at 200k events and 11.2 at 10M (112 s; its fixed costs
+spread over more events). A fourth row times the OTF2 library decoding the big archive by
+itself (our reader's threads with callbacks that only count): no reader built on the library
+can be faster, and the ratios it would give if everything after it were free are printed
+below the table. The runs go in rounds (``--rounds``), one run each per round, and each ratio
+is taken within a round: the machine's speed drifts by 10-20% over minutes, more than the runs
+of one tool differ from each other back to back.
 ``big``: time and peak memory of one large build. ``dask``: the Dask engine on a local
 cluster of 1 and 2 worker processes. For W workers, each stage's work measured with the first
 worker count (its tasks' summed seconds) is split into the tasks the build's plan makes for W
@@ -45,11 +50,15 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
     Our pipeline runs in a process set up as the ``analyze`` command sets up its own
     (:mod:`analyze.heap`); Pipit in a process as Python starts it."""
     out: dict[str, object] = {}
-    if kind != "pipit":
+    if kind == "decode":
+        out = _decode_only(Path(run) / "traces.otf2")
+    elif kind != "pipit":
         from analyze import heap
 
         out["heap_tuned"] = heap.keep_freed_memory()  # first, as the command does it
-    if kind == "pipit":
+    if kind == "decode":
+        pass
+    elif kind == "pipit":
         import resource
 
         sys.path.insert(0, extra)
@@ -99,6 +108,40 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
     print(json.dumps(out))
 
 
+def _decode_only(anchor: Path) -> dict[str, object]:
+    """The OTF2 library decoding the archive's events by itself, as our reader's threads
+    read them (one per core, the locations in the read stage's buckets), with callbacks that
+    only count: what any reader built on the library pays before it makes a single row. The
+    definitions are read before the clock starts."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from analyze.readers import otf2_native
+    from traceio import codec
+
+    native = codec.native()
+    assert native is not None, codec.unavailable_reason()
+    defs = otf2_native.definitions(anchor)
+    declared = {loc.location_id: loc.events for loc in defs.locations}
+    buckets = otf2_native.buckets(defs, len(os.sched_getaffinity(0)))
+
+    def decode(bucket: list[tuple[int, int]]) -> int:
+        reader = native.Reader(str(anchor), [b[0] for b in bucket], [b[1] for b in bucket], defs.global_offset,
+                               defs.resolution, [declared[b[0]] for b in bucket], decode_only=True)
+        try:
+            events, done = 0, False
+            while not done:
+                *_, got, done = reader.read(500_000)  # no rows: one call reads all
+                events += got
+            return events
+        finally:
+            reader.close()
+
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=len(buckets)) as pool:
+        events = sum(pool.map(decode, buckets))
+    return {"seconds": time.perf_counter() - t0, "events": events}
+
+
 def run_child(kind: str, run_dir: Path, tmp: Path, extra: str = "") -> dict:
     out = measure.run(measure.python("-m", "bench.scale", "--child", kind, str(run_dir),
                                      str(tmp / f"{kind}.duckdb"), extra), timeout=6 * 3600).json()
@@ -120,18 +163,23 @@ def ratios(ns: argparse.Namespace, tmp: Path) -> None:
     from bench import synth
 
     big, n = synth.cached(ns.events, ns.ranks, ns.cache)
-    others = [("otf2 Python API", "python", ns.python_events, "")]
+    others = [("otf2 Python API", "python", ns.python_events or ns.events, "")]
     if ns.pipit:
-        others.append(("Pipit", "pipit", ns.pipit_events, ns.pipit))
+        others.append(("Pipit", "pipit", ns.pipit_events or ns.events, ns.pipit))
     inputs = {kind: synth.cached(events, ns.ranks, ns.cache) for _, kind, events, _ in others}
-    runs: dict[str, list[dict]] = {"ours": [], **{kind: [] for _, kind, _, _ in others}}
+    runs: dict[str, list[dict]] = {"ours": [], "decode": [], **{kind: [] for _, kind, _, _ in others}}
     for _ in range(ns.rounds):
         runs["ours"].append(run_child("ours", big, tmp))
+        runs["decode"].append(run_child("decode", big, tmp))
         for _, kind, _, extra in others:
             runs[kind].append(run_child(kind, inputs[kind][0], tmp, extra))
     ours = _median_run(runs["ours"])
     rows: list[list[object]] = [["analyze phases (native, local)", f"{n:,}", ours["runs"], ours["seconds"],
                                  n / ours["seconds"] / 1e6, ours["rss_mb"], "", "", "measured", ours["loads"]]]
+    floor = _median_run(runs["decode"])
+    rows.append(["OTF2 library decoding alone (no rows)", f"{n:,}", floor["runs"], floor["seconds"],
+                 n / floor["seconds"] / 1e6, floor["rss_mb"], "", "", "measured", floor["loads"]])
+    ceilings = []
     for label, kind, _, _ in others:
         m = inputs[kind][1]
         out = _median_run(runs[kind])
@@ -142,11 +190,16 @@ def ratios(ns: argparse.Namespace, tmp: Path) -> None:
         rss = out["rss_mb"] + out.get("worker_rss_mb", 0)
         rows.append([label, f"{m:,}", out["runs"], out["seconds"], m / out["seconds"] / 1e6, rss, ratio, spread,
                      "measured", out["loads"]])
+        ceilings.append((label, statistics.median((r["seconds"] / m) / (d["seconds"] / n)
+                                                  for r, d in zip(runs[kind], runs["decode"], strict=True))))
         if m != n:
             rows.append([f"{label}, extrapolated", f"{n:,}", "", seconds, n / seconds / 1e6,
                          rss / m * n, ratio, spread, "per event from the line above", ""])
     print(measure.table(["tool", "events", "runs", "s (median)", "M ev/s", "peak RSS MB", "x ours (per event)",
                          "x ours per round", "how", "load (1/5 min) per run"], rows))
+    print("The most any reader on the OTF2 library could reach here, if everything after its decoding "
+          "were free (their time over the decoding's, per round, median): "
+          + ", ".join(f"{x:.0f}x {label}" for label, x in ceilings))
     stages(ours["stages"], ours)
 
 
@@ -267,9 +320,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2, help="big, dask: runs of ours (median shown)")
     p.add_argument("--rounds", type=int, default=3,
                    help="ratios: rounds of one run each of ours, the Python API and Pipit (medians shown)")
-    p.add_argument("--python-events", type=synth.parse_count, default=synth.parse_count("1M"))
+    p.add_argument("--python-events", type=synth.parse_count,
+                   help="ratios: the Python API's archive (default: --events), extrapolated per event")
     p.add_argument("--pipit", help="directory holding Pipit's source (the pipit package)")
-    p.add_argument("--pipit-events", type=synth.parse_count, default=synth.parse_count("200k"))
+    p.add_argument("--pipit-events", type=synth.parse_count,
+                   help="ratios: Pipit's archive (default: --events), extrapolated per event")
     p.add_argument("--workers", default="1,2", help="dask: worker counts")
     synth.add_cache_option(p)
     ns = p.parse_args(args)

@@ -118,6 +118,24 @@ def test_random_archives_identical(seed: int, tmp_path: Path) -> None:
     assert python[0]["collectives"] and python[0]["messages"]
 
 
+@pytest.mark.parametrize("name", [*FIXTURES, "random"])
+def test_decode_only_counts_every_event_and_makes_no_rows(name: str, tmp_path: Path) -> None:
+    """bench/scale.py times the OTF2 library alone with ``decode_only``: it must decode the
+    same events (every record type, metrics and unknown ones included) and do nothing else."""
+    anchor = write_archive(random_spec(3), tmp_path) if name == "random" else SCOREP_FIXTURES / name / "traces.otf2"
+    defs = otf2_native.definitions(anchor)
+    locations = [loc.location_id for loc in defs.locations]
+    ranks = [loc.rank for loc in defs.locations]
+    native = otf2_native.codec.native()
+    counted = native.Reader(str(anchor), locations, ranks, defs.global_offset, defs.resolution,
+                            [loc.events for loc in defs.locations], decode_only=True)
+    *tables, events, done = counted.read(500_000)
+    counted.close()
+    assert done and all(len(col) == 0 for table in tables for col in table)
+    _, full = rows(list(otf2_native.read(anchor)[1]))
+    assert events == full.events == sum(loc.events for loc in defs.locations) > 0
+
+
 def test_small_chunks_and_more_threads_than_locations(tmp_path: Path) -> None:
     anchor = write_archive(random_spec(7, ranks=2, events=300), tmp_path)
     python, native = both(anchor, chunk_rows=7, threads=8)

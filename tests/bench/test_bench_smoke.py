@@ -6,6 +6,7 @@ prints its table.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -59,6 +60,8 @@ def test_scale_ratios(tmp_path: Path) -> None:
                 "--cache", str(tmp_path))
     assert "analyze phases (native, local)" in out and "otf2 Python API, extrapolated" in out
     assert "matching across ranks" in out and "x ours per round" in out
+    assert "OTF2 library decoding alone (no rows)" in out
+    assert re.search(r"if everything after its decoding were free .*: \d+x otf2 Python API", out)
 
 
 @pytest.mark.slow

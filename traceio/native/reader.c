@@ -384,6 +384,15 @@ static OTF2_CallbackCode on_other(OTF2_LocationRef loc, OTF2_TimeStamp time, uin
     return OTF2_CALLBACK_SUCCESS;
 }
 
+/* Decoding only (Reader(decode_only=True)): every event is counted and nothing else, to
+ * measure what the OTF2 library's decoding costs by itself (bench/scale.py). */
+static OTF2_CallbackCode on_count(OTF2_LocationRef loc, OTF2_TimeStamp time, uint64_t pos,
+                                  void *ud, OTF2_AttributeList *attrs) {
+    (void)loc, (void)time, (void)pos, (void)attrs;
+    ((Reader *)ud)->events++;
+    return OTF2_CALLBACK_SUCCESS;
+}
+
 /* Every event callback starts with (location, time, position, userData, attributes); on_other
  * reads only those, so it serves for all record types without per-type stubs. Calling it
  * through the per-type pointer type relies on the platform C calling convention (caller
@@ -406,7 +415,20 @@ static OTF2_CallbackCode on_other(OTF2_LocationRef loc, OTF2_TimeStamp time, uin
     X(ThreadEnd) X(ThreadFork) X(ThreadJoin) X(ThreadReleaseLock) X(ThreadTaskComplete)        \
     X(ThreadTaskCreate) X(ThreadTaskSwitch) X(ThreadTeamBegin) X(ThreadTeamEnd) X(ThreadWait)
 
-static void set_callbacks(OTF2_EvtReaderCallbacks *cbs) {
+#define COUNTED_EVENTS                                                                         \
+    X(Enter) X(Leave) X(MpiCollectiveBegin) X(MpiCollectiveEnd) X(MpiSend) X(MpiIsend) X(MpiRecv) \
+    X(MpiIrecv) X(Metric)
+
+static void set_callbacks(OTF2_EvtReaderCallbacks *cbs, int decode_only) {
+    if (decode_only) {
+        OTF2_EvtReaderCallbacks_SetUnknownCallback(cbs, on_count);
+#define X(name) \
+    OTF2_EvtReaderCallbacks_Set##name##Callback(cbs, (OTF2_EvtReaderCallback_##name)(void (*)(void))on_count);
+        COUNTED_EVENTS
+        OTHER_EVENTS
+#undef X
+        return;
+    }
     OTF2_EvtReaderCallbacks_SetEnterCallback(cbs, on_enter);
     OTF2_EvtReaderCallbacks_SetLeaveCallback(cbs, on_leave);
     OTF2_EvtReaderCallbacks_SetMpiCollectiveBeginCallback(cbs, on_coll_begin);
@@ -442,7 +464,7 @@ static void reset_location(Reader *r) {
 static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
     Reader *r = (Reader *)self;
     static char *kwlist[] = {"anchor", "locations", "ranks", "global_offset", "resolution", "declared",
-                             NULL};
+                             "decode_only", NULL};
     const char *anchor;
     PyObject *locs, *ranks;
     unsigned long long offset, resolution;
@@ -451,8 +473,9 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
         return -1;
     }
     PyObject *declared = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOKK|O", kwlist, &anchor, &locs, &ranks, &offset,
-                                     &resolution, &declared))
+    int decode_only = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "sOOKK|Op", kwlist, &anchor, &locs, &ranks, &offset,
+                                     &resolution, &declared, &decode_only))
         return -1;
     if (resolution == 0) {
         PyErr_SetString(PyExc_ValueError, "timer resolution must be positive");
@@ -517,7 +540,7 @@ static int reader_init(PyObject *self, PyObject *args, PyObject *kwds) {
         PyErr_NoMemory();
         return -1;
     }
-    set_callbacks(r->callbacks);
+    set_callbacks(r->callbacks, decode_only);
     return 0;
 }
 
@@ -750,8 +773,9 @@ PyTypeObject ReaderType = {
     .tp_basicsize = sizeof(Reader),
     .tp_dealloc = reader_dealloc,
     .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "Reader(anchor, locations, ranks, global_offset, resolution)\n"
-              "Events of the given locations (with their ranks) as analyze.columns rows.",
+    .tp_doc = "Reader(anchor, locations, ranks, global_offset, resolution, declared=None, decode_only=False)\n"
+              "Events of the given locations (with their ranks) as analyze.columns rows;\n"
+              "decode_only: the events are only counted (no rows), to time the OTF2 library alone.",
     .tp_methods = reader_methods,
     .tp_init = reader_init,
     .tp_new = PyType_GenericNew,
