@@ -24,6 +24,7 @@ from analyze.readers import dispatch, otf2_native, otf2_python
 from analyze.readers.columns import INTERVAL_COLUMNS, Chunk, ReadStats
 from tests.analyze.snapshot import snapshot
 from tests.conftest import ROOT, SCOREP_FIXTURES
+from traceio import codec
 from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
 from traceio.otf2_writer import write_archive
 from traceio.records import EVENT_DTYPE, Kind, Op
@@ -126,7 +127,8 @@ def test_decode_only_counts_every_event_and_makes_no_rows(name: str, tmp_path: P
     defs = otf2_native.definitions(anchor)
     locations = [loc.location_id for loc in defs.locations]
     ranks = [loc.rank for loc in defs.locations]
-    native = otf2_native.codec.native()
+    native = codec.native()
+    assert native is not None
     counted = native.Reader(str(anchor), locations, ranks, defs.global_offset, defs.resolution,
                             [loc.events for loc in defs.locations], decode_only=True)
     *tables, events, done = counted.read(500_000)
