@@ -330,6 +330,9 @@ def main(argv: list[str] | None = None) -> int:
     ns = p.parse_args(args)
     if ns.what is None:
         p.error("say what to measure: ratios, big or dask")
+    if ns.pipit and not (Path(ns.pipit) / "pipit" / "__init__.py").is_file():
+        p.error(f"--pipit {ns.pipit}: no pipit package there; give the directory of a clone of "
+                "github.com/hpcgroup/pipit (the one holding its pipit/ folder)")
     measure.stop_children_on_sigterm()
     print(measure.machine())
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=os.environ.get("DLTRACE_BENCH_TMP")) as tmp:

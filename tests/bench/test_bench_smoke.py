@@ -64,6 +64,17 @@ def test_scale_ratios(tmp_path: Path) -> None:
     assert re.search(r"if everything after its decoding were free .*: \d+x otf2 Python API", out)
 
 
+def test_scale_ratios_without_pipit_says_where_to_get_it(tmp_path: Path) -> None:
+    """A directory without Pipit's package stops the bench before any run, in one sentence
+    (not with a child's traceback after the other tools' runs)."""
+    proc = subprocess.run([sys.executable, "-m", "bench.scale", "ratios", "--events", "20k", "--pipit",
+                           str(tmp_path), "--cache", str(tmp_path)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2 and not proc.stdout
+    assert f"--pipit {tmp_path}: no pipit package there" in proc.stderr and "hpcgroup/pipit" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 @pytest.mark.slow
 def test_scale_dask(tmp_path: Path) -> None:
     out = bench("bench.scale", "dask", "--events", "20k", "--workers", "1,2", "--repeat", "1",
