@@ -210,6 +210,24 @@ static void read_footer(In *in, Footer *f, const char *created_by) {
     }
 }
 
+/* The footer's length, from a file's size, first 4 bytes and last 8; 0 where they are not a
+ * Parquet file's. */
+static int footer_length(const uint8_t *head, const uint8_t *tail, size_t size, uint32_t *len) {
+    if (size < 12 || memcmp(head, "PAR1", 4) || memcmp(tail + 4, "PAR1", 4))
+        return 0;
+    memcpy(len, tail, 4);
+    return (size_t)*len <= size - 12;
+}
+
+/* The footer [meta, meta + len) into f; whether this codec reads the file (read_parquet and
+ * parquet_rows decline the same files). */
+static int footer_accepted(const uint8_t *meta, size_t len, Footer *f, const char *created_by) {
+    In in = {meta, meta + len, 0};
+    f->rows = -1;
+    read_footer(&in, f, created_by);
+    return !in.bad && f->created_ok && f->rows >= 0 && f->ncol >= 1;
+}
+
 /* ---- pages ------------------------------------------------------------------------------- */
 
 /* A page header: the page's size and values, and whether it is a DATA_PAGE encoded as
@@ -466,19 +484,11 @@ PyObject *native_read_parquet(PyObject *self, PyObject *args) {
     }
     if (!io_error && !oom) {
         uint32_t len = 0;
-        if (size < 12 || memcmp(file, "PAR1", 4) || memcmp(file + size - 4, "PAR1", 4)) {
+        if (!footer_length(file, file + size - 8, size, &len)) {
             declined = 1;
         } else {
-            memcpy(&len, file + size - 8, 4);
-            if ((size_t)len > size - 12) {
-                declined = 1;
-            } else {
-                meta_start = size - 8 - len;
-                In in = {file + meta_start, file + size - 8, 0};
-                f.rows = -1;
-                read_footer(&in, &f, created_by);
-                declined = in.bad || !f.created_ok || f.rows < 0 || f.ncol < 1;
-            }
+            meta_start = size - 8 - len;
+            declined = !footer_accepted(file + meta_start, len, &f, created_by);
         }
     }
     Py_END_ALLOW_THREADS
@@ -543,13 +553,13 @@ PyObject *native_parquet_rows(PyObject *self, PyObject *args) {
     int io_error = 0, declined = 0, oom = 0;
     Footer f;
     memset(&f, 0, sizeof f);
-    f.rows = -1;
     Py_BEGIN_ALLOW_THREADS
     FILE *fp = fopen(path, "rb");
     if (fp == NULL) {
         io_error = errno;
     } else {
         uint8_t head[4], tail[8];
+        uint32_t len = 0;
         long size = -1;
         if (fseek(fp, 0, SEEK_END) != 0 || (size = ftell(fp)) < 0) {
             io_error = errno ? errno : EIO;
@@ -558,25 +568,19 @@ PyObject *native_parquet_rows(PyObject *self, PyObject *args) {
         } else if (fseek(fp, 0, SEEK_SET) != 0 || fread(head, 1, 4, fp) != 4 || fseek(fp, size - 8, SEEK_SET) != 0 ||
                    fread(tail, 1, 8, fp) != 8) {
             io_error = errno ? errno : EIO;
+        } else if (!footer_length(head, tail, (size_t)size, &len)) {
+            declined = 1;
         } else {
-            uint32_t len;
-            memcpy(&len, tail, 4);
-            if (memcmp(head, "PAR1", 4) || memcmp(tail + 4, "PAR1", 4) || (size_t)len > (size_t)size - 12) {
-                declined = 1;
+            uint8_t *meta = malloc((size_t)len + PAD);
+            if (meta == NULL) {
+                oom = 1;
+            } else if (fseek(fp, size - 8 - (long)len, SEEK_SET) != 0 || fread(meta, 1, len, fp) != len) {
+                io_error = errno ? errno : EIO;
             } else {
-                uint8_t *meta = malloc((size_t)len + PAD);
-                if (meta == NULL) {
-                    oom = 1;
-                } else if (fseek(fp, size - 8 - (long)len, SEEK_SET) != 0 || fread(meta, 1, len, fp) != len) {
-                    io_error = errno ? errno : EIO;
-                } else {
-                    memset(meta + len, 0, PAD);
-                    In in = {meta, meta + len, 0};
-                    read_footer(&in, &f, created_by);
-                    declined = in.bad || !f.created_ok || f.rows < 0 || f.ncol < 1;
-                }
-                free(meta);
+                memset(meta + len, 0, PAD);
+                declined = !footer_accepted(meta, len, &f, created_by);
             }
+            free(meta);
         }
         fclose(fp);
     }
