@@ -52,12 +52,6 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
     out: dict[str, object] = {}
     if kind == "decode":
         out = _decode_only(Path(run) / "traces.otf2")
-    elif kind != "pipit":
-        from analyze import heap
-
-        out["heap_tuned"] = heap.keep_freed_memory()  # first, as the command does it
-    if kind == "decode":
-        pass
     elif kind == "pipit":
         import resource
 
@@ -71,6 +65,9 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
         out = {"seconds": time.perf_counter() - t0, "read_seconds": read, "events": len(trace.events),
                "worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
     else:
+        from analyze import heap
+
+        out["heap_tuned"] = heap.keep_freed_memory()  # first, as the command does it
         import duckdb
 
         from analyze import background, power
@@ -110,35 +107,15 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
 
 def _decode_only(anchor: Path) -> dict[str, object]:
     """The OTF2 library decoding the archive's events by itself, as our reader's threads
-    read them (one per core, the locations in the read stage's buckets), with callbacks that
-    only count: what any reader built on the library pays before it makes a single row. The
-    definitions are read before the clock starts."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    read them (``otf2_native.read``: one per core, the locations in the read stage's buckets),
+    with callbacks that only count: what any reader built on the library pays before it makes
+    a single row. The definitions are read before the clock starts."""
     from analyze.readers import otf2_native
-    from traceio import codec
 
-    native = codec.native()
-    assert native is not None, codec.unavailable_reason()
     defs = otf2_native.definitions(anchor)
-    declared = {loc.location_id: loc.events for loc in defs.locations}
-    buckets = otf2_native.buckets(defs, len(os.sched_getaffinity(0)))
-
-    def decode(bucket: list[tuple[int, int]]) -> int:
-        reader = native.Reader(str(anchor), [b[0] for b in bucket], [b[1] for b in bucket], defs.global_offset,
-                               defs.resolution, [declared[b[0]] for b in bucket], decode_only=True)
-        try:
-            events, done = 0, False
-            while not done:
-                *_, got, done = reader.read(500_000)  # no rows: one call reads all
-                events += got
-            return events
-        finally:
-            reader.close()
-
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=len(buckets)) as pool:
-        events = sum(pool.map(decode, buckets))
+    _, chunks = otf2_native.read(anchor, defs=defs, decode_only=True)
+    events = sum(chunk.events for chunk in chunks)
     return {"seconds": time.perf_counter() - t0, "events": events}
 
 

@@ -68,23 +68,26 @@ def _threads() -> int:
         return os.cpu_count() or 1
 
 
-def read(anchor: Path, chunk_rows: int = 500_000, threads: int | None = None,
-         ) -> tuple[Definitions, Iterator[Chunk]]:
-    """Open ``anchor``; return its definitions and an iterator over column chunks.
+def read(anchor: Path, chunk_rows: int = 500_000, threads: int | None = None, *,
+         defs: Definitions | None = None, decode_only: bool = False) -> tuple[Definitions, Iterator[Chunk]]:
+    """Open ``anchor``; return its definitions (``defs``, when read already) and an iterator
+    over column chunks. ``decode_only``: the events are decoded and counted, and the chunks
+    hold no rows (what the OTF2 library costs by itself: bench/scale.py).
 
     Raises :class:`ReaderError` for a missing or corrupt archive, also while iterating.
     """
     native = codec.native()
     if native is None:
         raise RuntimeError(f"the native OTF2 reader is not built ({codec.unavailable_reason()})")
-    defs = definitions(anchor)
+    if defs is None:
+        defs = definitions(anchor)
     declared = {loc.location_id: loc.events for loc in defs.locations}
     readers = []
     try:
         for bucket in buckets(defs, threads or _threads()):
             readers.append(native.Reader(str(anchor), [b[0] for b in bucket], [b[1] for b in bucket],
                                           defs.global_offset, defs.resolution,
-                                          [declared[b[0]] for b in bucket]))
+                                          [declared[b[0]] for b in bucket], decode_only=decode_only))
     except native.Error as e:
         for r in readers:
             r.close()

@@ -24,7 +24,6 @@ from analyze.readers import dispatch, otf2_native, otf2_python
 from analyze.readers.columns import INTERVAL_COLUMNS, Chunk, ReadStats
 from tests.analyze.snapshot import snapshot
 from tests.conftest import ROOT, SCOREP_FIXTURES
-from traceio import codec
 from traceio.archive import ArchiveSpec, LocationSpec, RankSpec
 from traceio.otf2_writer import write_archive
 from traceio.records import EVENT_DTYPE, Kind, Op
@@ -124,18 +123,11 @@ def test_decode_only_counts_every_event_and_makes_no_rows(name: str, tmp_path: P
     """bench/scale.py times the OTF2 library alone with ``decode_only``: it must decode the
     same events (every record type, metrics and unknown ones included) and do nothing else."""
     anchor = write_archive(random_spec(3), tmp_path) if name == "random" else SCOREP_FIXTURES / name / "traces.otf2"
-    defs = otf2_native.definitions(anchor)
-    locations = [loc.location_id for loc in defs.locations]
-    ranks = [loc.rank for loc in defs.locations]
-    native = codec.native()
-    assert native is not None
-    counted = native.Reader(str(anchor), locations, ranks, defs.global_offset, defs.resolution,
-                            [loc.events for loc in defs.locations], decode_only=True)
-    *tables, events, done = counted.read(500_000)
-    counted.close()
-    assert done and all(len(col) == 0 for table in tables for col in table)
+    defs, chunks = otf2_native.read(anchor, decode_only=True)
+    counted = list(chunks)
+    assert all(len(col) == 0 for chunk in counted for table in TABLES for col in getattr(chunk, table).values())
     _, full = rows(list(otf2_native.read(anchor)[1]))
-    assert events == full.events == sum(loc.events for loc in defs.locations) > 0
+    assert sum(c.events for c in counted) == full.events == sum(loc.events for loc in defs.locations) > 0
 
 
 def test_small_chunks_and_more_threads_than_locations(tmp_path: Path) -> None:
