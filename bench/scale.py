@@ -11,7 +11,8 @@ summary ``analyze phases`` prints, as it runs them: ``database.built``), against
 package's Python API (our pipeline with the Python reader) and Pipit
 (``pipit.Trace.from_otf2``, then its exclusive-time metric, which pairs Enter and Leave as our
 intervals do; its source fetched from github.com/hpcgroup/pipit, not vendored), by default all
-three on the same synthetic archive. They read about 0.1 M events/s, so ``--python-events`` and
+three on the same synthetic archive. Pipit reads in a pool of worker processes: its peak RSS is
+that of its processes together, sampled every 50 ms (:class:`bench.measure.TreePeak`). They read about 0.1 M events/s, so ``--python-events`` and
 ``--pipit-events`` can give them a smaller archive of the same kind for a quicker run; their
 times are then extrapolated per event (the table says which numbers are). That flatters us a
 little: Pipit took 11.7 us per event at 200k events and 11.2 at 10M (112 s; its fixed costs
@@ -58,12 +59,15 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
         sys.path.insert(0, extra)
         import pipit
 
-        t0 = time.perf_counter()
-        trace = pipit.Trace.from_otf2(run)
-        read = time.perf_counter() - t0
-        trace.calc_exc_metrics(["Timestamp (ns)"])
-        out = {"seconds": time.perf_counter() - t0, "read_seconds": read, "events": len(trace.events),
-               "worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024}
+        with measure.TreePeak() as tree:
+            t0 = time.perf_counter()
+            trace = pipit.Trace.from_otf2(run)
+            read = time.perf_counter() - t0
+            trace.calc_exc_metrics(["Timestamp (ns)"])
+            seconds = time.perf_counter() - t0
+        out = {"seconds": seconds, "read_seconds": read, "events": len(trace.events),
+               "worker_rss_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+               "tree_rss_mb": tree.mb}
     else:
         from analyze import heap
 
@@ -124,6 +128,7 @@ def run_child(kind: str, run_dir: Path, tmp: Path, extra: str = "") -> dict:
                                      str(tmp / f"{kind}.duckdb"), extra), timeout=6 * 3600).json()
     print(f"  {kind}: {out['events']:,} events, {out['seconds']:.2f} s, peak RSS {out['rss_mb']:.0f} MB"
           f"{', worker ' + format(out['worker_rss_mb'], '.0f') + ' MB' if 'worker_rss_mb' in out else ''}"
+          f"{', all at once ' + format(out['tree_rss_mb'], '.0f') + ' MB' if 'tree_rss_mb' in out else ''}"
           f", load {out['load']}", flush=True)
     return out
 
@@ -164,7 +169,7 @@ def ratios(ns: argparse.Namespace, tmp: Path) -> None:
         slower = sorted((r["seconds"] / m) / (o["seconds"] / n) for r, o in zip(runs[kind], runs["ours"], strict=True))
         ratio, spread = statistics.median(slower), f"{slower[0]:.1f}-{slower[-1]:.1f}"
         seconds = out["seconds"] / m * n
-        rss = out["rss_mb"] + out.get("worker_rss_mb", 0)
+        rss = _peak_of_all(out)
         rows.append([label, f"{m:,}", out["runs"], out["seconds"], m / out["seconds"] / 1e6, rss, ratio, spread,
                      "measured", out["loads"]])
         ceilings.append((label, statistics.median((r["seconds"] / m) / (d["seconds"] / n)
@@ -178,6 +183,12 @@ def ratios(ns: argparse.Namespace, tmp: Path) -> None:
           "were free (their time over the decoding's, per round, median): "
           + ", ".join(f"{x:.0f}x {label}" for label, x in ceilings))
     stages(ours["stages"], ours)
+
+
+def _peak_of_all(out: dict) -> float:
+    """A run's peak memory with its worker processes: the sampled peak of their sum, or any one
+    process's own peak where that is larger (a spike between samples)."""
+    return max(out["rss_mb"], out.get("worker_rss_mb", 0), out.get("tree_rss_mb", 0))
 
 
 def _median_run(runs: list[dict]) -> dict:
