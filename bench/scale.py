@@ -8,20 +8,20 @@ events, and on the Dask engine with 1 and 2 workers (and what that predicts for 
 
 ``ratios``: OTF2 -> queryable tables, end to end (the build with the local engine and the
 summary ``analyze phases`` prints, as it runs them: ``database.built``), against the ``otf2``
-package's Python API (our pipeline with the Python reader) and Pipit
-(``pipit.Trace.from_otf2``, then its exclusive-time metric, which pairs Enter and Leave as our
-intervals do; its source fetched from github.com/hpcgroup/pipit, not vendored), by default all
-three on the same synthetic archive. Pipit reads in a pool of worker processes: its peak RSS is
-that of its processes together, sampled every 50 ms (:class:`bench.measure.TreePeak`). They read about 0.1 M events/s, so ``--python-events`` and
-``--pipit-events`` can give them a smaller archive of the same kind for a quicker run; their
-times are then extrapolated per event (the table says which numbers are). That flatters us a
-little: Pipit took 11.7 us per event at 200k events and 11.2 at 10M (112 s; its fixed costs
-spread over more events). A fourth row times the OTF2 library decoding the big archive by
-itself (our reader's threads with callbacks that only count): no reader built on the library
-can be faster, and the ratios it would give if everything after it were free are printed
-below the table. The runs go in rounds (``--rounds``), one run each per round, and each ratio
-is taken within a round: the machine's speed drifts by 10-20% over minutes, more than the runs
-of one tool differ from each other back to back.
+package's Python API (our pipeline with the Python reader) and Pipit (``pipit.Trace.from_otf2``,
+then its exclusive-time metric, which pairs Enter and Leave as our intervals do; its source
+fetched from github.com/hpcgroup/pipit, not vendored), by default all three on the same
+synthetic archive. They read about 0.1 M events/s, so ``--python-events`` and ``--pipit-events``
+can give them a smaller archive of the same kind for a quicker run; their times are then
+extrapolated per event (the table says which numbers are). That flatters us a little: Pipit took
+11.7 us per event at 200k events and 11.2 at 10M (112 s; its fixed costs spread over more
+events). Pipit reads in a pool of worker processes: its peak RSS is that of its processes
+together, sampled every 50 ms (:class:`bench.measure.TreePeak`). A fourth row times the OTF2
+library decoding the big archive by itself (our reader's threads with callbacks that only
+count): no reader built on the library can be faster, and the ratios it would give if everything
+after it were free are printed below the table. The runs go in rounds (``--rounds``), one run
+each per round, and each ratio is taken within a round: the machine's speed drifts by 10-20%
+over minutes, more than the runs of one tool differ from each other back to back.
 ``big``: time and peak memory of one large build. ``dask``: the Dask engine on a local
 cluster of 1 and 2 worker processes. For W workers, each stage's work measured with the first
 worker count (its tasks' summed seconds) is split into the tasks the build's plan makes for W
