@@ -14,7 +14,7 @@ faults. :func:`keep_freed_memory` makes the process keep it instead:
   the heap, whose freed memory the next block reuses, instead of their own mapping;
 - ``M_TRIM_THRESHOLD`` 512 MiB: the heap's free top goes back to the kernel only beyond that.
 
-Measured (bench/README.md, "Issue 19, fifth pass"; the build alone, interleaved): page faults
+Measured (bench/HISTORY.md, "Issue 19, fifth pass"; the build alone, interleaved): page faults
 160k -> 93k, kernel time 0.65 -> 0.46 s, CPU time 2.25 -> 2.13 s. The cost is memory held
 after a peak (up to the trim threshold), which suits a command that builds and exits. DuckDB
 allocates its buffers with its own jemalloc, but its idle background threads call glibc's

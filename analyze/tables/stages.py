@@ -148,7 +148,7 @@ _NO_MATCHES = {
 # table it has rows of). A chunk's columns go through numpy and the Parquet writer and are
 # freed, and later chunks reuse that memory from the heap (analyze/heap.py): smaller chunks
 # touch less fresh memory. 250k against 500k at 10M events (14 interleaved rounds,
-# bench/README.md "eighth pass"): page faults 102k -> 68k, peak RSS 485 -> 406 MB, CPU
+# bench/HISTORY.md "eighth pass"): page faults 102k -> 68k, peak RSS 485 -> 406 MB, CPU
 # 2.05 -> 1.90 s, wall 0.90 per round; 100k made more files, and the phases stage slower.
 CHUNK_ROWS = 250_000
 
