@@ -564,9 +564,9 @@ def c_stderr_captured() -> Iterator[list[str]]:
             captured.append(tmp.read().decode(errors="replace").strip())
 
 
-# The cause tables cost about as much again as the rest of the derivation (bench/README.md),
-# so `analyze phases` skips them; the verbs that read them, the report and analyze.open fill
-# them, once (build_info's causes_seconds says they are filled).
+# The cause tables cost about three times the rest of the derivation (bench/README.md, "The
+# cause tables"), so `analyze phases` skips them; the verbs that read them, the report and
+# analyze.open fill them, once (build_info's causes_seconds says they are filled).
 def has_causes(paths: RunPaths) -> bool:
     try:
         with duckdb.connect(str(paths.db), read_only=True) as con:
