@@ -177,10 +177,16 @@ def test_sigkill_of_one_rank_keeps_its_trace_up_to_the_last_flush(tmp_path: Path
 
 @pytest.mark.slow
 def test_sigterm_to_the_launcher_flushes_every_rank(tmp_path: Path) -> None:
+    # The steps are seen after the first periodic flush, 30 s in (a step is about 20 records:
+    # the buffer does not fill first), so the run must outlast it: 400 steps took 17 s on a
+    # quick machine and ended first; 2,000 take 40-90 s (the data, 400 MB a rank, is made up
+    # front), and the signal ends the run. It comes 4 s after that flush, so the records
+    # within 2 s of it (below) are only in memory unless the signal's flush writes them.
     p = cli("run", "--out", str(tmp_path), "--name", "term", "-np", "2", "runs/ddp_resnet.py",
-            "--steps", "400", "--batch-size", "8", env=dict(os.environ, DLTRACE_FLUSH_INTERVAL_S="30"))
+            "--steps", "2000", "--batch-size", "8", env=dict(os.environ, DLTRACE_FLUSH_INTERVAL_S="30"))
     run_dir = tmp_path / "term"
     wait_for_steps(run_dir, 0, 4)
+    time.sleep(4)
     sent_at = time.perf_counter_ns()
     p.send_signal(signal.SIGTERM)
     out, err = p.communicate(timeout=180)
