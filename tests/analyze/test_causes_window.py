@@ -43,13 +43,22 @@ def test_windows_of_a_step_or_two_give_the_same_tables(tmp_path: Path, monkeypat
     """Long traces are analyzed a few steps at a time; the windows must not show."""
     import duckdb
 
-    from analyze.tables.causes import window
+    from analyze.tables.causes import region_time, window
     from bench import synth
 
     run, _ = synth.write(10_000, tmp_path / "run")  # 45 of the benchmark's DDP-like steps, 2 ranks
     whole = analyze.build(run, db=tmp_path / "whole.duckdb", causes=True).db
     monkeypatch.setattr(window, "WINDOW_INTERVALS", 400)  # windows of 4 steps
+    sizes = []  # distinct steps in each statement summing time per region (memory follows them)
+    whole_run = region_time.region_times
+
+    def recording(con, rank, step, b, e):  # type: ignore[no-untyped-def]
+        sizes.append(len(np.unique(step[step >= 0])))
+        return whole_run(con, rank, step, b, e)
+
+    monkeypatch.setattr(region_time, "region_times", recording)
     windowed = analyze.build(run, db=tmp_path / "windowed.duckdb", causes=True).db
+    assert len(sizes) > 5 and max(sizes) <= 5, sizes  # a window's steps, never the run's 45
     for table in ("overlap", "delays", "delay_totals", "critical_path", "critical_path_regions",
                   "step_balance", "rank_balance"):
         query = f"SELECT * FROM {table} ORDER BY ALL"

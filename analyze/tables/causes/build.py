@@ -86,23 +86,26 @@ class Batches:
 def _build(con: duckdb.DuckDBPyConnection) -> None:
     steps = StepIndex(con)
     batches = Batches(con)
-    waits, chains, ends, summaries = [], [], [], []
+    summaries = []  # per rank and step: what rank_balance's medians need, a few integers a row
     for win in windows(con, steps):
         batches.add("overlap", overlap.window_overlap(win))
         idle = delays.idle_waits(win)
-        waits.append(delays.with_intervals(win, steps, idle))
-        chain, path_ends = critical_path.window_paths(win, idle)
-        chains.append(chain)
-        ends.append(path_ends)
-        summaries.append(balance.step_summary(win))
+        chain, ends = critical_path.window_paths(win, idle)
+        summary = balance.step_summary(win)
+        summaries.append(summary)
+        _window_rows(con, batches, steps, delays.with_intervals(win, steps, idle), chain, ends, summary)
     batches.flush()
-    if not chains:
-        _delay_totals(con)
-        return
-    w = pd.concat(waits, ignore_index=True)
-    chain = pd.concat(chains, ignore_index=True)
-    # the time per region of every synchronization interval and every stretch of the
-    # critical paths, in one statement over the run's region instances
+    _delay_totals(con)
+    if summaries:
+        insert(con, "rank_balance", balance.rank_balance(con, pd.concat(summaries, ignore_index=True)))
+
+
+def _window_rows(con: duckdb.DuckDBPyConnection, batches: Batches, steps: StepIndex, w: pd.DataFrame,
+                 chain: pd.DataFrame, ends: pd.DataFrame, summary: pd.DataFrame) -> None:
+    """The delays, critical path and step balance rows of one window's steps. The time per
+    region of its synchronization intervals and of its critical paths' stretches is summed in
+    one statement per window, so memory follows the window, not the run (at 10^8 events a
+    statement for the whole run peaked at 4 GB)."""
     rank, step, b, e = delays.queries(w, steps)
     times = region_time.region_times(
         con, np.concatenate([rank, chain["rank"].to_numpy(np.int64)]),
@@ -110,15 +113,11 @@ def _build(con: duckdb.DuckDBPyConnection) -> None:
         np.concatenate([b, chain["start_ns"].to_numpy(np.int64)]),
         np.concatenate([e, chain["end_ns"].to_numpy(np.int64)]))
     q = times["q"].to_numpy()
-    insert(con, "delays", delays.attribute(w, times[q < len(b)], steps), REGION_COLUMNS["delays"])
+    batches.add("delays", delays.attribute(w, times[q < len(b)], steps))
     regions = critical_path.path_regions(chain, times[q >= len(b)].assign(q=q[q >= len(b)] - len(b)))
-    summary = pd.concat(summaries, ignore_index=True)
-    insert(con, "critical_path", chain)
-    insert(con, "critical_path_regions", regions, REGION_COLUMNS["critical_path_regions"])
-    insert(con, "step_balance", critical_path.step_balance(pd.concat(ends, ignore_index=True), chain, regions,
-                                                           summary), REGION_COLUMNS["step_balance"])
-    _delay_totals(con)
-    insert(con, "rank_balance", balance.rank_balance(con, summary))
+    batches.add("critical_path", chain)
+    batches.add("critical_path_regions", regions)
+    batches.add("step_balance", critical_path.step_balance(ends, chain, regions, summary))
 
 
 def _delay_totals(con: duckdb.DuckDBPyConnection) -> None:

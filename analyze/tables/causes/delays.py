@@ -137,7 +137,7 @@ def with_intervals(win: Window, steps: StepIndex, waits: pd.DataFrame) -> pd.Dat
     """The idle waits of a window with both ranks' synchronization intervals: b_w (the
     waiting rank's start; its end is the wait's start) and b_c (the cause rank's; its end
     is cause_enter_ns). They need the window's blocking communication, so they are found
-    window by window; the time per region in them is summed for the whole run at once."""
+    window by window, and so is the time per region in them (one statement per window)."""
     w = waits.reset_index(drop=True)
     if w.empty:
         return w.assign(b_w=np.zeros(0, np.int64), b_c=np.zeros(0, np.int64))

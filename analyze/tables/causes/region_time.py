@@ -6,8 +6,8 @@ its exclusive time (``intervals.exclusive_ns``: its children are inside too); on
 end of the query (only those open at b or e) adds its overlap minus its children's overlaps.
 Nested regions so count once, as the innermost, and the work per query is that of one step.
 A step region nested in others (``--step-region``) has its ancestors outside the step, which
-hold no time inside it. Time inside no instance is :data:`NO_REGION`. All the queries of a run
-go in one statement.
+hold no time inside it. Time inside no instance is :data:`NO_REGION`. All the queries of a
+window of steps go in one statement (:mod:`.build`).
 """
 
 from __future__ import annotations
