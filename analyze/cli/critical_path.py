@@ -18,6 +18,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_run_arguments(p)
     p.add_argument("--top", type=int, default=8, metavar="N",
                    help="rank/region contributions to print (default 8)")
+    p.add_argument("--steps", type=int, default=40, metavar="N",
+                   help="steps to print: all if the run has at most N, else the N of the largest "
+                   "imbalance cost, in step order (default 40; 0: all); the step_balance table has every step")
     p.set_defaults(command=run)
 
 
@@ -25,13 +28,15 @@ def run(ns: argparse.Namespace) -> int:
     from analyze.tables import database
     from analyze.tables.causes import views
 
-    paths, (steps, parts) = database.built(
-        ns.run, lambda con: (views.critical_path_summary(con), views.path_contributions(con)),
+    limit = ns.steps if ns.steps > 0 else None
+    paths, (steps, (count, cost, total), parts) = database.built(
+        ns.run, lambda con: (views.critical_path_summary(con, limit), views.imbalance_total(con),
+                             views.path_contributions(con)),
         force=ns.force, step_region=ns.step_region, causes=True)
     print(steps.to_string(index=False, na_rep="-"))
-    if len(steps):
-        cost = steps["imbalance_ms"].sum()
-        total = steps["path_ms"].sum()
+    if len(steps) < count:
+        print(f"({len(steps)} of {count} steps: those of the largest imbalance cost; --steps 0 prints all)")
+    if count:
         print(f"imbalance cost: {cost:.1f} ms of {total:.1f} ms ({100 * cost / total if total else 0:.1f}%)")
     print("\nwhere the critical path's time goes (all steps):")
     print(parts.head(ns.top).to_string(index=False, na_rep="-"))

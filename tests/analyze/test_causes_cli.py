@@ -50,6 +50,12 @@ def test_overlap_and_critical_path_tables(runs: tuple[Path, Path]) -> None:
     # steps 1 and 2 cost 20 ms each (160 ms on the path, 140 ms balanced)
     assert "imbalance cost: 40.0 ms of 640.0 ms (6.2%)" in path.stdout
     assert "dltrace.forward" in path.stdout
+    # a long run prints the steps that cost the most, and the cost of all of them
+    top = analyze("critical-path", str(runs[1]), "--steps", "1")
+    assert top.returncode == 0, top.stderr
+    table = top.stdout.split("(1 of 4 steps")[0].splitlines()
+    assert len(table) == 2 and table[1].split()[0] in ("1", "2"), top.stdout
+    assert "imbalance cost: 40.0 ms of 640.0 ms (6.2%)" in top.stdout
 
 
 def test_balance_with_shares_given_and_their_errors(runs: tuple[Path, Path]) -> None:

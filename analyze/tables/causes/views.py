@@ -86,15 +86,25 @@ def device_overlap_summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """).df()
 
 
-def critical_path_summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Per step: path length, perfect-balance time, imbalance cost and who is on the path."""
-    return con.execute("""
+def critical_path_summary(con: duckdb.DuckDBPyConnection, limit: int | None = None) -> pd.DataFrame:
+    """Per step: path length, perfect-balance time, imbalance cost and who is on the path.
+    With ``limit``, only the ``limit`` steps of the largest imbalance cost (in step order)."""
+    pick = "" if limit is None else f"ORDER BY imbalance_ns DESC, step LIMIT {int(limit)}"
+    return con.execute(f"""
         SELECT step, round(duration_ns / 1e6, 3) AS path_ms, round(balanced_ns / 1e6, 3) AS balanced_ms,
                round(imbalance_ns / 1e6, 3) AS imbalance_ms,
                round(100.0 * imbalance_ns / nullif(duration_ns, 0), 1) AS "imbalance%",
                end_rank, path_ranks, critical_rank, critical_region
-        FROM step_balance ORDER BY step
+        FROM (SELECT * FROM step_balance {pick}) ORDER BY step
     """).df()
+
+
+def imbalance_total(con: duckdb.DuckDBPyConnection) -> tuple[int, float, float]:
+    """(steps, imbalance cost in ms, critical path length in ms) summed over the run's steps."""
+    ((steps, cost, total),) = con.execute("""
+        SELECT count(*), coalesce(sum(imbalance_ns), 0) / 1e6, coalesce(sum(duration_ns), 0) / 1e6
+        FROM step_balance""").fetchall()
+    return int(steps), float(cost), float(total)
 
 
 def path_contributions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
