@@ -32,6 +32,7 @@ from plotnine import (
 
 from analyze.tables.causes import views as cause_views
 from analyze.views import RunLabel
+from reports import steps as per_bar
 from reports.page import Page
 from reports.theme import BASE_SIZE, HEIGHT_IN, PHASE_COLORS, WIDTH_IN, theme_dltrace
 
@@ -53,8 +54,11 @@ def _step_axis(steps: pd.Series) -> scale_x_continuous:
     values = sorted({int(v) for v in steps})
     if len(values) <= 12:
         return scale_x_continuous(breaks=values)
+    span = values[-1] - values[0] + 1
+    if span > 1000:  # the default breaks: round numbers, whole at this span
+        return scale_x_continuous()
     return scale_x_continuous(breaks=lambda lim: [v for v in range(int(lim[0]), int(lim[1]) + 1)
-                                                  if v % max(1, (len(values) // 8)) == 0])
+                                                  if v % max(1, span // 8) == 0])
 
 
 def _facet_height(panels: int, cols: int) -> float:
@@ -65,7 +69,9 @@ def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel) -> ggpl
     """Per rank, each step's communication split into the part compute hid and the exposed
     part. ``steps``: rank, step, part (hidden, exposed), ms; ``summary``: rank, kind, overlap
     (the overlap_summary table), for the subtitle."""
-    df = steps.assign(part=pd.Categorical(steps["part"], categories=["exposed", "hidden"]))
+    per = per_bar.steps_per_bar(steps["step"])
+    df = per_bar.binned(steps, ["rank", "part"], ["ms"], per)
+    df = df.assign(part=pd.Categorical(df["part"], categories=["exposed", "hidden"]))
     ratios = summary[summary["kind"] == "all"]
     said = ", ".join(f"rank {r}: {100 * v:.0f}%" for r, v in zip(ratios["rank"], ratios["overlap"], strict=True)
                      if pd.notna(v))
@@ -81,7 +87,8 @@ def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel) -> ggpl
                             labels=["hidden under compute", "exposed (communication, idle)"])
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle="communication per step, all lanes"
-               + (f"; hidden over the run: {said}" if said else ""), x="step", y="communication [ms]")
+               + (f"; hidden over the run: {said}" if said else "") + per_bar.note(per), x="step",
+               y="communication [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, _facet_height(n, cols)))
     )
@@ -95,6 +102,8 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel) -> gg
         list(dict.fromkeys(per_step["cause"]))
     colors = _palette(causes, "other causes" if "other causes" in causes else None)
     top = textwrap.fill(lines[0], 78) if lines else ""
+    per = per_bar.steps_per_bar(per_step["step"])
+    per_step = per_bar.binned(per_step, ["cause"], ["ms"], per)
     return (
         ggplot(per_step, aes("step", "ms", fill="cause"))
         + geom_col(width=0.85)
@@ -103,7 +112,8 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel) -> gg
         + guides(fill=guide_legend(ncol=2))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle="idle time per step by its cause: the late rank and the region\n"
-               "that made it late" + (f"; the largest:\n{top}" if top else ""), x="step", y="idle, all ranks [ms]")
+               "that made it late" + per_bar.note(per) + (f"; the largest:\n{top}" if top else ""), x="step",
+               y="idle, all ranks [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 0.9), plot_subtitle=element_text(size=BASE_SIZE - 3))
     )
@@ -116,11 +126,15 @@ def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, 
     busiest = per_rank.groupby("rank")["ms"].sum().sort_values(ascending=False).index[:most]
     names = [f"rank {r}" for r in sorted(busiest)]
     grouped = len(busiest) < per_rank["rank"].nunique()
-    who = per_rank["rank"].map(lambda r: f"rank {r}" if r in set(busiest) else "other ranks")
+    who = per_rank["rank"].map({r: f"rank {r}" for r in busiest}).fillna("other ranks")
     levels = names + (["other ranks"] if grouped else [])
     df = per_rank.assign(who=pd.Categorical(who, categories=levels[::-1]))
     cost = steps["path_ms"].sum() - steps["balanced_ms"].sum()
     total = steps["path_ms"].sum()
+    per = per_bar.steps_per_bar(steps["step"])
+    span = (int(steps["step"].min()), int(steps["step"].max())) if len(steps) else None
+    df = per_bar.binned(df, ["who"], ["ms"], per, span)
+    steps = per_bar.binned(steps[["step", "path_ms", "balanced_ms"]], [], ["path_ms", "balanced_ms"], per, span)
     return (
         ggplot(df, aes("step", "ms", fill="who"))
         + geom_col(width=0.85)
@@ -131,7 +145,7 @@ def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, 
         + labs(title=label.title(),
                subtitle=f"critical path per step by the rank it runs on; black: the step time\n"
                         f"perfect balance would give; imbalance cost {cost:.1f} of {total:.1f} ms "
-                        f"({100 * cost / total if total else 0:.1f}%)",
+                        f"({100 * cost / total if total else 0:.1f}%)" + per_bar.note(per),
                x="step", y="critical path [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 0.3))

@@ -5,6 +5,7 @@ Pure functions: no database access, no arithmetic on the trace beyond placing la
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 from plotnine import (
     aes,
@@ -28,6 +29,7 @@ from plotnine import (
 )
 
 from analyze.views import RunLabel, Timeline
+from reports import steps as per_bar
 from reports.theme import (
     BASE_SIZE,
     HEIGHT_IN,
@@ -129,7 +131,9 @@ def timeline(tl: Timeline, label: RunLabel) -> ggplot:
 
 def step_breakdown(steps: pd.DataFrame, label: RunLabel) -> ggplot:
     """Per rank, each step's time stacked by phase: warm-up, drift and stragglers show up."""
-    df = steps.assign(phase=pd.Categorical(steps["phase"], categories=PHASE_ORDER[::-1]))
+    per = per_bar.steps_per_bar(steps["step"])
+    df = per_bar.binned(steps, ["rank", "phase"], ["ms"], per)
+    df = df.assign(phase=pd.Categorical(df["phase"], categories=PHASE_ORDER[::-1]))
     n_ranks = df["rank"].nunique()
     cols = min(4, n_ranks)
     rows = -(-n_ranks // cols)
@@ -139,7 +143,7 @@ def step_breakdown(steps: pd.DataFrame, label: RunLabel) -> ggplot:
         + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)  # type: ignore[arg-type]
         + phase_fill(present_phases(df["phase"], df["ms"]))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
-        + labs(title=label.title(), subtitle="time per step by phase; step 0 is usually warm-up",
+        + labs(title=label.title(), subtitle="time per step by phase; step 0 is usually warm-up" + per_bar.note(per),
                x="step", y="time [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, min(9.0, HEIGHT_IN + 1.6 * (rows - 1))))
@@ -175,27 +179,33 @@ def bottleneck(runs: pd.DataFrame) -> ggplot:
     )
 
 
+MAX_POINTS = 2000  # points of each op in the waits figure (the boxes use every instance)
+
+
 def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLabel) -> ggplot:
     """Per collective op and rank: the wait before each collective instance (box and points,
     the rank everyone waited for in vermillion), and how often each rank arrived last.
 
     ``waits``: op, rank, wait_ms, arrived_last; ``stragglers``: op, rank, times_last, instances.
     """
-    tick = {(r.op, r.rank): f"rank {r.rank}\nlast {r.times_last}/{r.instances}"
-            for r in stragglers.itertuples()}
-    w = waits.assign(
-        who=waits["arrived_last"].map({True: "arrived last", False: "waited"}),
-        x=[tick.get((o, r), f"rank {r}") for o, r in zip(waits["op"], waits["rank"], strict=True)],
-    )
+    ticks = pd.DataFrame({"op": stragglers["op"], "rank": stragglers["rank"],
+                          "x": [f"rank {r.rank}\nlast {r.times_last}/{r.instances}" for r in stragglers.itertuples()]})
+    w = waits[["op", "rank", "wait_ms", "arrived_last"]].merge(ticks, on=["op", "rank"], how="left")
+    w["x"] = w["x"].fillna("rank " + w["rank"].astype(str))
+    w["who"] = w["arrived_last"].map({True: "arrived last", False: "waited"})
+    # the boxes summarize every instance; the points are a seeded sample of a long run's
+    shown = w.assign(key=np.random.default_rng(0).random(len(w)))
+    shown = shown[shown.groupby("op")["key"].rank(method="first") <= MAX_POINTS]
+    sampled = f"; points: a sample of {MAX_POINTS:,} per op" if len(shown) < len(w) else ""
     ops = w["op"].nunique()
     return (
         ggplot(w, aes("x", "wait_ms"))
         + geom_boxplot(outlier_shape="", width=0.5, color="#555555")
-        + geom_jitter(aes(color="who"), width=0.18, height=0, size=1.2, alpha=0.8)
+        + geom_jitter(shown, aes(color="who"), width=0.18, height=0, size=1.2, alpha=0.8)
         + facet_wrap("op", scales="free", ncol=min(2, ops))
         + scale_color_manual(values={"arrived last": PHASE_COLORS["idle"], "waited": PHASE_COLORS["compute"]})
         + labs(title=label.title(),
-               subtitle="wait for the last rank, per instance; under x: times last",
+               subtitle="wait for the last rank, per instance; under x: times last" + sampled,
                x=None, y="wait [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 1.4 * ((ops - 1) // 2)),

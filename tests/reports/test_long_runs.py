@@ -1,0 +1,74 @@
+"""Per-step figures of runs with many steps: bins of consecutive steps, means per step, a
+sample of the waits' points; every step still counts."""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+import pandas as pd
+from matplotlib import pyplot as plt
+
+from analyze import views
+from analyze.views import RunLabel
+from reports import causes, figures
+from reports import steps as per_bar
+
+matplotlib.use("Agg")
+LABEL = RunLabel("long", "pytorch-ddp", 2, {})
+
+
+def drawn(plot):  # type: ignore[no-untyped-def]
+    fig = plot.draw()
+    plt.close(fig)
+    return plot
+
+
+def test_bins_are_means_per_step_and_absent_steps_count_as_zero() -> None:
+    df = pd.DataFrame({"step": [0, 1, 2, 3, 4, 6], "rank": 0, "ms": [1.0, 3.0, 5.0, 7.0, 9.0, 12.0]})
+    got = per_bar.binned(df, ["rank"], ["ms"], 3)
+    # bins 0-2 and 3-5 of three steps each (step 5 has no row: zero), 6 alone
+    assert got.to_dict("list") == {"step": [0, 3, 6], "rank": [0, 0, 0], "ms": [3.0, 16 / 3, 12.0]}
+    assert per_bar.binned(df, ["rank"], ["ms"], 1) is df
+    assert per_bar.steps_per_bar(pd.Series(range(400))) == 1
+    assert per_bar.steps_per_bar(pd.Series(range(401))) == 2
+    assert per_bar.steps_per_bar(pd.Series(range(10, 100_010))) == 250
+
+
+def test_a_long_run_draws_at_most_max_bars_a_rank_and_keeps_the_time() -> None:
+    n = 10_000
+    phases = ["compute", "allreduce", "idle"]
+    steps = pd.DataFrame({"rank": np.repeat([0, 1], n * 3), "step": np.tile(np.repeat(np.arange(n), 3), 2),
+                          "phase": np.tile(phases, 2 * n), "ms": np.tile([8.0, 1.5, 0.5], 2 * n)})
+    steps.loc[(steps["rank"] == 1) & (steps["step"] >= 5000) & (steps["phase"] == "idle"), "ms"] = 4.5
+    plot = drawn(figures.step_breakdown(steps, LABEL))
+    data = plot.layers[0].data
+    assert data.groupby("PANEL")["x"].nunique().max() <= per_bar.MAX_BARS
+    # each bar is a mean step: 10 ms on rank 0, 14 ms on rank 1 from step 5000 on
+    height = data.groupby(["PANEL", "x"])["ymax"].max().round(6)
+    assert set(height.loc[1]) == {10.0} and set(height.loc[2][height.loc[2].index >= 5000]) == {14.0}
+    assert "each bar the mean of 25 steps" in plot.labels.subtitle
+
+
+def test_the_critical_path_page_bins_bars_and_points_alike() -> None:
+    n = 2_000
+    per_rank = pd.DataFrame({"step": np.repeat(np.arange(n), 2), "rank": np.tile([0, 1], n),
+                             "ms": np.tile([6.0, 4.0], n)})
+    steps = pd.DataFrame({"step": np.arange(n), "path_ms": 10.0, "balanced_ms": 9.0})
+    plot = drawn(causes.critical_path(per_rank, steps, LABEL))
+    bars, points = plot.layers
+    assert bars.data["x"].nunique() == points.data["x"].nunique() == 400
+    assert set(bars.data.groupby("x")["ymax"].max().round(6)) == {10.0}
+    assert set(points.data["y"].round(6)) == {9.0}
+    assert "imbalance cost 2000.0 of 20000.0 ms" in plot.labels.subtitle  # over every step
+
+
+def test_the_waits_figure_samples_its_points_but_not_its_boxes() -> None:
+    n = 5_000
+    waits = pd.DataFrame({"op": "allreduce", "rank": np.tile([0, 1], n), "comm_id": 0,
+                          "seq": np.repeat(np.arange(n), 2), "wait_ms": np.tile([0.0, 2.0], n),
+                          "transfer_ms": 0.1, "arrived_last": np.tile([True, False], n)})
+    plot = drawn(figures.collective_waits(waits, views.stragglers(waits), LABEL))
+    boxes, points = plot.layers
+    assert len(points.data) == figures.MAX_POINTS and len(boxes.data) == 2
+    assert "a sample of 2,000 per op" in plot.labels.subtitle
+    assert set(boxes.data["middle"]) == {0.0, 2.0}  # the medians of all 5,000 instances a rank
