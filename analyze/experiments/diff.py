@@ -76,11 +76,51 @@ def side(spec: str | Path) -> Side:
     return Side(f"{path.name}@{config}" if config is not None else path.name, runs)
 
 
-def per_step(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """kind, name, step, ms: every item's time per steady-state step, mean over ranks."""
+CHUNK_INTERVALS = 2_000_000  # about this many main-thread intervals per statement: bounded memory
+
+
+def item_stats(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """kind, name, mean, var, n: every item's time per steady-state step (mean over ranks),
+    its mean and sample variance over the n steady steps; a step without the item counts as
+    0 ms. Summed in SQL a few steps at a time (about :data:`CHUNK_INTERVALS` intervals a
+    statement; DuckDB's ASOF join does not spill), so neither DuckDB nor pandas holds a
+    long run's every step."""
     a, b = views.steady_steps(con)
-    window = {"a": a, "b": b}
-    df = con.execute("""
+    n = max(b - a, 0)
+    ((total,),) = con.execute("""SELECT count(*) FROM intervals i JOIN locations l USING (location_id)
+                                 WHERE l.is_main""").fetchall()
+    per = max(1, n * CHUNK_INTERVALS // max(1, int(total)))
+    acc = pd.DataFrame({"kind": [], "name": [], "c": [], "mu": [], "m2": []})
+    for lo in range(a, b, per):
+        acc = _combine(acc, _chunk_stats(con, lo, min(b, lo + per)))
+    c = acc["c"].to_numpy(float)
+    mu = acc["mu"].to_numpy(float)
+    # the steps without the item are n - c zeros: merged with the c steps that have it
+    m2 = acc["m2"].to_numpy(float) + mu ** 2 * c * (n - c) / max(n, 1)
+    return pd.DataFrame({"kind": acc["kind"], "name": acc["name"], "mean": mu * c / max(n, 1),
+                         "var": m2 / (n - 1) if n > 1 else np.nan, "n": n})
+
+
+def _combine(x: pd.DataFrame, y: pd.DataFrame) -> pd.DataFrame:
+    """Count, mean and sum of squared deviations of two sets of steps as one (Chan et al.'s
+    pairwise update), per kind and name."""
+    m = x.merge(y, on=["kind", "name"], how="outer", suffixes=("_x", "_y")).fillna(
+        {"c_x": 0, "mu_x": 0.0, "m2_x": 0.0, "c_y": 0, "mu_y": 0.0, "m2_y": 0.0})
+    c = m["c_x"] + m["c_y"]
+    delta = m["mu_y"] - m["mu_x"]
+    return pd.DataFrame({"kind": m["kind"], "name": m["name"], "c": c,
+                         "mu": m["mu_x"] + delta * m["c_y"] / c,
+                         "m2": m["m2_x"] + m["m2_y"] + delta ** 2 * m["c_x"] * m["c_y"] / c})
+
+
+def _chunk_stats(con: duckdb.DuckDBPyConnection, a: int, b: int) -> pd.DataFrame:
+    """kind, name, c, mu, m2 over steps a..b-1 that have the item: how many, the mean time per
+    step and the sum of squared deviations."""
+    ((t0, t1),) = con.execute("SELECT min(start_ns), max(end_ns) FROM steps WHERE step >= $a AND step < $b",
+                              {"a": a, "b": b}).fetchall()
+    if t0 is None:
+        return pd.DataFrame({"kind": [], "name": [], "c": [], "mu": [], "m2": []})
+    return con.execute("""
         WITH st AS (SELECT rank, step, start_ns, end_ns, duration_ns FROM steps WHERE step >= $a AND step < $b),
         ranks AS (SELECT step, count(*) AS n FROM st GROUP BY step),
         items AS (
@@ -89,55 +129,69 @@ def per_step(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
             SELECT 'phase', phase, step, duration_ns FROM phases WHERE step >= $a AND step < $b
             UNION ALL
             SELECT 'region', r.name, st.step, i.exclusive_ns
-            FROM (SELECT i.* FROM intervals i JOIN locations l USING (location_id) WHERE l.is_main) i
+            FROM (SELECT i.* FROM intervals i JOIN locations l USING (location_id)
+                  WHERE l.is_main AND i.start_ns >= $t0 AND i.start_ns < $t1) i
             JOIN regions r USING (region_id)
             ASOF JOIN st ON i.rank = st.rank AND i.start_ns >= st.start_ns
             WHERE i.start_ns < st.end_ns
             UNION ALL
             -- a kernel whose operation neither args nor name say (op NULL) is 'other', as in overlap
             SELECT 'collective', coalesce(c.op, 'other'), st.step, c.leave_ns - c.enter_ns
-            FROM collectives c ASOF JOIN st ON c.rank = st.rank AND c.enter_ns >= st.start_ns
+            FROM (SELECT * FROM collectives WHERE enter_ns >= $t0 AND enter_ns < $t1) c
+            ASOF JOIN st ON c.rank = st.rank AND c.enter_ns >= st.start_ns
             WHERE c.enter_ns < st.end_ns
             UNION ALL
             SELECT 'collective', coalesce(c.op, 'other') || ' wait', st.step, c.wait_ns
-            FROM collectives c ASOF JOIN st ON c.rank = st.rank AND c.enter_ns >= st.start_ns
+            FROM (SELECT * FROM collectives WHERE enter_ns >= $t0 AND enter_ns < $t1) c
+            ASOF JOIN st ON c.rank = st.rank AND c.enter_ns >= st.start_ns
             WHERE c.enter_ns < st.end_ns
+        ),
+        per_step AS (
+            SELECT kind, name, step, sum(ns) / 1e6 / any_value(ranks.n) AS ms
+            FROM items JOIN ranks USING (step) GROUP BY kind, name, step
         )
-        SELECT kind, name, step, sum(ns) / 1e6 / any_value(ranks.n) AS ms
-        FROM items JOIN ranks USING (step) GROUP BY kind, name, step
-    """, window).df()
-    # an item absent from a step took 0 ms there
-    steps = pd.Index(range(a, b), name="step")
-    full = (df.set_index(["kind", "name", "step"])["ms"].unstack("step").reindex(columns=steps)
-            .fillna(0.0).stack().rename("ms").reset_index())
-    return full
+        SELECT kind, name, count(*) AS c, avg(ms) AS mu, coalesce(var_samp(ms), 0) * (count(*) - 1) AS m2
+        FROM per_step GROUP BY kind, name
+    """, {"a": a, "b": b, "t0": t0, "t1": t1}).df()
 
 
 def _samples(s: Side, force: bool) -> tuple[pd.DataFrame, str]:
-    """(kind, name, sample, ms) and what a sample is (steps of one run, or runs)."""
+    """(kind, name, mean, var, n) over the side's samples, and what a sample is (the steps of
+    its one run, or its runs: each run's mean per step, 0 where the run lacks the item)."""
     parts = []
-    for i, run in enumerate(s.runs):
+    for run in s.runs:
         paths = database.build(run, force=force)
-        with duckdb.connect(str(paths.db), read_only=True) as con:
-            df = per_step(con)
-        if len(s.runs) == 1:
-            parts.append(df.rename(columns={"step": "sample"}))
-        else:
-            parts.append(df.groupby(["kind", "name"], as_index=False)["ms"].mean().assign(sample=i))
-    return pd.concat(parts, ignore_index=True), "steps" if len(s.runs) == 1 else "runs"
+        # DuckDB's build cap: the ASOF joins over every interval spill instead of holding
+        # the run (6 GB at 10^8 events without it)
+        with duckdb.connect(str(paths.db), read_only=True, config=database.read_config()) as con:
+            parts.append(item_stats(con))
+    if len(s.runs) == 1:
+        return parts[0], "steps"
+    means = pd.concat([p.set_index(["kind", "name"])["mean"] for p in parts], axis=1).fillna(0.0)
+    runs = means.to_numpy(float)
+    out = pd.DataFrame({"mean": runs.mean(axis=1), "var": runs.var(axis=1, ddof=1), "n": len(parts)},
+                       index=means.index)
+    return out.reset_index(), "runs"
 
 
 def welch(a: np.ndarray, b: np.ndarray, confidence: float = scaling.CONFIDENCE) -> tuple[float, float, float]:
     """(mean(b) - mean(a), low, high): Welch's t interval; NaN bounds with fewer than two
     samples on a side."""
-    d = float(b.mean() - a.mean())
-    if len(a) < 2 or len(b) < 2:
+    return welch_stats(float(a.mean()), float(a.var(ddof=1)) if len(a) > 1 else np.nan, len(a),
+                       float(b.mean()), float(b.var(ddof=1)) if len(b) > 1 else np.nan, len(b), confidence)
+
+
+def welch_stats(ma: float, va: float, na: int, mb: float, vb: float, nb: int,
+                confidence: float = scaling.CONFIDENCE) -> tuple[float, float, float]:
+    """:func:`welch` from each side's mean, sample variance and number of samples."""
+    d = mb - ma
+    if na < 2 or nb < 2:
         return d, np.nan, np.nan
-    va, vb = a.var(ddof=1) / len(a), b.var(ddof=1) / len(b)
+    va, vb = va / na, vb / nb
     se2 = va + vb
     if se2 == 0:
         return d, d, d
-    dof = se2 ** 2 / (va ** 2 / (len(a) - 1) + vb ** 2 / (len(b) - 1))
+    dof = se2 ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
     half = scaling.t_quantile(max(1, int(np.floor(dof))), confidence) * np.sqrt(se2)
     return d, d - half, d + half
 
@@ -148,26 +202,25 @@ def diff(a: str | Path, b: str | Path, *, force: bool = False) -> tuple[pd.DataF
     xa, over_a = _samples(sa, force)
     xb, over_b = _samples(sb, force)
     over = over_a if over_a == over_b else "runs"
+    both = xa.merge(xb, on=["kind", "name"], how="outer", suffixes=("_a", "_b")).sort_values(["kind", "name"])
     rows = []
-    for key in sorted(set(map(tuple, xa[["kind", "name"]].values)) | set(map(tuple, xb[["kind", "name"]].values))):
-        va = _values(xa, key)
-        vb = _values(xb, key)
-        na, nb = len(va) or xa["sample"].nunique(), len(vb) or xb["sample"].nunique()
-        va = va if len(va) else np.zeros(na)
-        vb = vb if len(vb) else np.zeros(nb)
-        d, lo, hi = welch(va, vb)
-        ma = float(va.mean())
-        rows.append({"kind": key[0], "name": key[1], "a_ms": ma, "b_ms": float(vb.mean()), "delta_ms": d,
+    for r in both.itertuples(index=False):
+        # an item one side never had: zero in each of its samples
+        ma, va, na = (r.mean_a, r.var_a, int(r.n_a)) if pd.notna(r.n_a) else (0.0, 0.0, _count(xa, sa))
+        mb, vb, nb = (r.mean_b, r.var_b, int(r.n_b)) if pd.notna(r.n_b) else (0.0, 0.0, _count(xb, sb))
+        d, lo, hi = welch_stats(float(ma), float(va), na, float(mb), float(vb), nb)
+        rows.append({"kind": r.kind, "name": r.name, "a_ms": float(ma), "b_ms": float(mb), "delta_ms": d,
                      "ci_low": lo, "ci_high": hi, "change_pct": 100 * d / ma if ma else np.nan,
-                     "n_a": len(va), "n_b": len(vb), "over": over,
+                     "n_a": na, "n_b": nb, "over": over,
                      "significant": bool(lo > 0 or hi < 0) if not np.isnan(lo) else None})
     df = pd.DataFrame(rows, columns=DIFF.names)
     order = df["delta_ms"].abs().sort_values(ascending=False, kind="stable").index
     return df.loc[order].reset_index(drop=True), sa, sb
 
 
-def _values(x: pd.DataFrame, key: tuple[str, str]) -> np.ndarray:
-    return x.loc[(x["kind"] == key[0]) & (x["name"] == key[1]), "ms"].to_numpy(float)
+def _count(x: pd.DataFrame, s: Side) -> int:
+    """How many samples the side has (steps of its run, or runs)."""
+    return int(x["n"].iloc[0]) if len(x) else len(s.runs)
 
 
 def text(df: pd.DataFrame, a: Side, b: Side, top: int = 15) -> str:

@@ -255,6 +255,13 @@ def build(
     return paths
 
 
+def read_config() -> dict[str, Any]:
+    """A connection's config for the verbs' own heavy queries over a run (joins over every
+    interval): DuckDB's memory cap of the build, so that they spill rather than take up to
+    80% of RAM."""
+    return {k: v for k, v in _build_config().items() if k in ("memory_limit", "preserve_insertion_order")}
+
+
 def _build_config() -> dict[str, Any]:
     config: dict[str, Any] = {"preserve_insertion_order": False}  # lets DuckDB stream and spill
     memory = os.environ.get("DLTRACE_BUILD_MEMORY") or DEFAULT_BUILD_MEMORY

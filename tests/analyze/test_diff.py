@@ -91,3 +91,26 @@ def test_kineto_traces_with_unnamed_kernels(tmp_path: Path) -> None:
     table, _, _ = diff.diff(a, b)
     assert ("collective", "other") in set(zip(table["kind"], table["name"], strict=True))
     assert (table["delta_ms"] == 0).all()  # the same trace on both sides
+
+
+def test_a_long_run_summed_a_few_steps_at_a_time_gives_the_same_table(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    a = run(tmp_path / "a", forward=50)
+    b = run(tmp_path / "b", forward=60)
+    whole, _, _ = diff.diff(a, b)
+    seen = []
+    chunk = diff._chunk_stats
+
+    def recording(con, lo, hi):  # type: ignore[no-untyped-def]
+        seen.append(hi - lo)
+        return chunk(con, lo, hi)
+
+    monkeypatch.setattr(diff, "CHUNK_INTERVALS", 10)  # 2 steps a statement (5 intervals a rank-step)
+    monkeypatch.setattr(diff, "_chunk_stats", recording)
+    chunked, _, _ = diff.diff(a, b, force=True)
+    assert max(seen) < 7 and len(seen) > 2  # the 7 steady steps of each side in pieces
+    cols = ["a_ms", "b_ms", "delta_ms", "ci_low", "ci_high"]
+    key = ["kind", "name"]
+    x, y = whole.sort_values(key).reset_index(drop=True), chunked.sort_values(key).reset_index(drop=True)
+    assert (x[key] == y[key]).all().all() and (x[["n_a", "n_b", "significant"]] == y[["n_a", "n_b", "significant"]]).all().all()
+    np.testing.assert_allclose(x[cols].to_numpy(float), y[cols].to_numpy(float), rtol=1e-9, atol=1e-9)
