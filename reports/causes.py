@@ -56,7 +56,7 @@ def _step_axis(steps: pd.Series) -> scale_x_continuous:
         return scale_x_continuous(breaks=values)
     span = values[-1] - values[0] + 1
     if span > 1000:  # the default breaks: round numbers, whole at this span
-        return scale_x_continuous()
+        return per_bar.axis()
     return scale_x_continuous(breaks=lambda lim: [v for v in range(int(lim[0]), int(lim[1]) + 1)
                                                   if v % max(1, span // 8) == 0])
 
@@ -79,7 +79,7 @@ def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel) -> ggpl
     cols = min(4, n)
     return (
         ggplot(df, aes("step", "ms", fill="part"))
-        + geom_col(width=0.85)
+        + geom_col(width=per_bar.width(per))
         + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)  # type: ignore[arg-type]
         + _step_axis(df["step"])
         + scale_fill_manual(values={"hidden": PHASE_COLORS["compute"], "exposed": PHASE_COLORS["allreduce"]},
@@ -106,7 +106,7 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel) -> gg
     per_step = per_bar.binned(per_step, ["cause"], ["ms"], per)
     return (
         ggplot(per_step, aes("step", "ms", fill="cause"))
-        + geom_col(width=0.85)
+        + geom_col(width=per_bar.width(per))
         + scale_fill_manual(values=colors, breaks=causes)
         + _step_axis(per_step["step"])
         + guides(fill=guide_legend(ncol=2))
@@ -137,14 +137,14 @@ def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, 
     steps = per_bar.binned(steps[["step", "path_ms", "balanced_ms"]], [], ["path_ms", "balanced_ms"], per, span)
     return (
         ggplot(df, aes("step", "ms", fill="who"))
-        + geom_col(width=0.85)
+        + geom_col(width=per_bar.width(per))
         + geom_point(steps, aes("step", "balanced_ms"), inherit_aes=False, shape="D", size=1.8, color="black")
         + scale_fill_manual(values=_palette(levels, "other ranks" if grouped else None), breaks=levels)
         + _step_axis(df["step"])
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(),
-               subtitle=f"critical path per step by the rank it runs on; black: the step time\n"
-                        f"perfect balance would give; imbalance cost {cost:.1f} of {total:.1f} ms "
+               subtitle=f"critical path per step by the rank it runs on;\nblack: the step time "
+                        f"perfect balance would give;\nimbalance cost {cost:,.1f} of {total:,.1f} ms "
                         f"({100 * cost / total if total else 0:.1f}%)" + per_bar.note(per),
                x="step", y="critical path [ms]")
         + theme_dltrace()

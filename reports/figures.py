@@ -139,8 +139,9 @@ def step_breakdown(steps: pd.DataFrame, label: RunLabel) -> ggplot:
     rows = -(-n_ranks // cols)
     return (
         ggplot(df, aes("step", "ms", fill="phase"))  # type: ignore[operator]
-        + geom_col(width=0.85)
+        + geom_col(width=per_bar.width(per))
         + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)  # type: ignore[arg-type]
+        + (per_bar.axis() if per > 1 else scale_x_continuous())
         + phase_fill(present_phases(df["phase"], df["ms"]))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle="time per step by phase; step 0 is usually warm-up" + per_bar.note(per),
@@ -189,14 +190,14 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
     ``waits``: op, rank, wait_ms, arrived_last; ``stragglers``: op, rank, times_last, instances.
     """
     ticks = pd.DataFrame({"op": stragglers["op"], "rank": stragglers["rank"],
-                          "x": [f"rank {r.rank}\nlast {r.times_last}/{r.instances}" for r in stragglers.itertuples()]})
+                          "x": [f"rank {r.rank}\nlast {r.times_last:,}/{r.instances:,}" for r in stragglers.itertuples()]})
     w = waits[["op", "rank", "wait_ms", "arrived_last"]].merge(ticks, on=["op", "rank"], how="left")
     w["x"] = w["x"].fillna("rank " + w["rank"].astype(str))
     w["who"] = w["arrived_last"].map({True: "arrived last", False: "waited"})
     # the boxes summarize every instance; the points are a seeded sample of a long run's
     shown = w.assign(key=np.random.default_rng(0).random(len(w)))
     shown = shown[shown.groupby("op")["key"].rank(method="first") <= MAX_POINTS]
-    sampled = f"; points: a sample of {MAX_POINTS:,} per op" if len(shown) < len(w) else ""
+    sampled = f"\npoints: a sample of {MAX_POINTS:,} instances per op; boxes: all" if len(shown) < len(w) else ""
     ops = w["op"].nunique()
     return (
         ggplot(w, aes("x", "wait_ms"))

@@ -10,6 +10,7 @@ critical path) count as zero, so the means are over every step of the bin.
 from __future__ import annotations
 
 import pandas as pd
+from plotnine import scale_x_continuous
 
 MAX_BARS = 400  # bars per panel before steps are binned
 
@@ -40,5 +41,24 @@ def binned(df: pd.DataFrame, keys: list[str], values: list[str], per: int,
 
 
 def note(per: int) -> str:
-    """What the subtitle says of the bars ('' when a bar is one step)."""
-    return f"; each bar the mean of {per:,} steps" if per > 1 else ""
+    """What the subtitle says of the bars, on a line of its own ('' when a bar is one step)."""
+    return f"\neach bar: the mean of {per:,} consecutive steps" if per > 1 else ""
+
+
+def width(per: int) -> float:
+    """Bar width in steps: a bin's bars touch as a step's do."""
+    return 0.85 * per
+
+
+def step_label(v: float) -> str:
+    """A step number on an axis: 250k, 1.5M from 10^4 on (long numbers run together)."""
+    if abs(v) >= 1_000_000:
+        return f"{v / 1e6:g}M"
+    if abs(v) >= 10_000:
+        return f"{v / 1e3:g}k"
+    return f"{v:g}"
+
+
+def axis() -> scale_x_continuous:
+    """The step axis of a long run: plotnine's round breaks, labelled short."""
+    return scale_x_continuous(labels=lambda breaks: [step_label(float(b)) for b in breaks])

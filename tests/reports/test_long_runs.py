@@ -46,7 +46,8 @@ def test_a_long_run_draws_at_most_max_bars_a_rank_and_keeps_the_time() -> None:
     # each bar is a mean step: 10 ms on rank 0, 14 ms on rank 1 from step 5000 on
     height = data.groupby(["PANEL", "x"])["ymax"].max().round(6)
     assert set(height.loc[1]) == {10.0} and set(height.loc[2][height.loc[2].index >= 5000]) == {14.0}
-    assert "each bar the mean of 25 steps" in plot.labels.subtitle
+    assert "each bar: the mean of 25 consecutive steps" in plot.labels.subtitle
+    assert ((data["xmax"] - data["xmin"]).round(6) == 0.85 * 25).all()  # as wide as 25 steps' bars
 
 
 def test_the_critical_path_page_bins_bars_and_points_alike() -> None:
@@ -59,7 +60,7 @@ def test_the_critical_path_page_bins_bars_and_points_alike() -> None:
     assert bars.data["x"].nunique() == points.data["x"].nunique() == 400
     assert set(bars.data.groupby("x")["ymax"].max().round(6)) == {10.0}
     assert set(points.data["y"].round(6)) == {9.0}
-    assert "imbalance cost 2000.0 of 20000.0 ms" in plot.labels.subtitle  # over every step
+    assert "imbalance cost 2,000.0 of 20,000.0 ms" in plot.labels.subtitle  # over every step
 
 
 def test_the_waits_figure_samples_its_points_but_not_its_boxes() -> None:
@@ -70,5 +71,5 @@ def test_the_waits_figure_samples_its_points_but_not_its_boxes() -> None:
     plot = drawn(figures.collective_waits(waits, views.stragglers(waits), LABEL))
     boxes, points = plot.layers
     assert len(points.data) == figures.MAX_POINTS and len(boxes.data) == 2
-    assert "a sample of 2,000 per op" in plot.labels.subtitle
+    assert "a sample of 2,000 instances per op" in plot.labels.subtitle
     assert set(boxes.data["middle"]) == {0.0, 2.0}  # the medians of all 5,000 instances a rank
