@@ -98,7 +98,7 @@ def build_report(
     notes: list[str] = []
     for i, run in enumerate(runs, start=1):
         paths = database.build(run, force=force, step_region=step_region, patterns=patterns, causes=True)
-        with duckdb.connect(str(paths.db), read_only=True) as con:
+        with duckdb.connect(str(paths.db), read_only=True, config=database.read_config()) as con:
             label, mine, tl = run_pages(con, i, steps, str(run))
             per_phase = views.breakdown(con)
         comparison.append(per_phase.assign(run=label.short()))

@@ -21,9 +21,10 @@ written, for floats below 2^43 us (101 days from the base), which Kineto's relat
 from __future__ import annotations
 
 import gzip
-import io
+import itertools
 import json
 from collections import Counter
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -178,20 +179,41 @@ def slice_event(s: Slice, base_ns: int) -> dict[str, Any]:
     return e
 
 
-def dump(path: Path, header: dict[str, Any], events: list[dict[str, Any]]) -> Path:
+DUMP_BATCH = 20_000  # events encoded and written at a time
+
+
+def _batches(items: Iterable[dict[str, Any]], n: int) -> Iterator[list[dict[str, Any]]]:
+    it = iter(items)
+    while batch := list(itertools.islice(it, n)):
+        yield batch
+
+
+def dump(path: Path, header: dict[str, Any], events: Iterable[dict[str, Any]]) -> Path:
     """Write ``{**header, "traceEvents": events}`` to ``path``, gzipped when it ends in .gz
-    (deterministically: no time stamp in the gzip header)."""
+    (deterministically: no time stamp or name in the gzip header). Events are written as they
+    come, a batch at a time, so an iterator of a long run's events is never held whole."""
     path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
     # json's default separators: Holistic Trace Analysis finds a file's rank with the pattern
     # '"rank":\s+(\d+)', which needs the space after the colon
-    text = json.dumps({**header, "traceEvents": events})
-    tmp = path.with_name(f".{path.name}.tmp")
-    if path.name.endswith(".gz"):
-        buf = io.BytesIO()
-        with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, compresslevel=6) as gz:
-            gz.write(text.encode())
-        tmp.write_bytes(buf.getvalue())
-    else:
-        tmp.write_text(text, encoding="utf-8")
+    head = json.dumps({k: v for k, v in header.items() if k != "traceEvents"})
+    head = (head[:-1] + ", " if len(head) > 2 else "{") + '"traceEvents": ['
+    try:
+        with open(tmp, "wb") as raw:
+            out = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=6) \
+                if path.name.endswith(".gz") else raw
+            try:
+                out.write(head.encode())
+                first = True
+                for batch in _batches(events, DUMP_BATCH):
+                    out.write(((", " if not first else "") + ", ".join(map(json.dumps, batch))).encode())
+                    first = False
+                out.write(b"]}")
+            finally:
+                if out is not raw:
+                    out.close()
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(path)
     return path

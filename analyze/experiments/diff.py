@@ -161,8 +161,6 @@ def _samples(s: Side, force: bool) -> tuple[pd.DataFrame, str]:
     parts = []
     for run in s.runs:
         paths = database.build(run, force=force)
-        # DuckDB's build cap: the ASOF joins over every interval spill instead of holding
-        # the run (6 GB at 10^8 events without it)
         with duckdb.connect(str(paths.db), read_only=True, config=database.read_config()) as con:
             parts.append(item_stats(con))
     if len(s.runs) == 1:

@@ -23,6 +23,7 @@ microseconds as integers, else floats that read back to the same nanosecond).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from collections import Counter, defaultdict
@@ -188,12 +189,19 @@ def _counters(con: duckdb.DuckDBPyConnection, origin: int, base: int) -> list[di
 
 
 # -- merged: one file, one process per rank --------------------------------------------
-def merged(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """(header, events) of the merged file."""
+def merged(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
+    """(header, events) of the merged file; the events come as they are read (consume them
+    while ``con`` is open)."""
     origin = _origin(con)
     base = origin - origin % 1000
     run_name, ranks_n = con.execute("SELECT run_name, ranks FROM runs").fetchone()  # type: ignore[misc]
-    events: list[dict[str, Any]] = []
+    header = {"displayTimeUnit": "ms", "baseTimeNanoseconds": base,
+              "otherData": {"exported_by": "dltrace analyze export", "run": run_name, "ranks": ranks_n}}
+    return header, _merged_events(con, origin, base)
+
+
+def _merged_events(con: duckdb.DuckDBPyConnection, origin: int, base: int) -> Iterator[dict[str, Any]]:
+    events: list[dict[str, Any]] = []  # the metadata, then each rank's slices as they are read
     locations = _locations(con)
     tid_of = {loc["location_id"]: (loc["rank"], int(loc["thread"])) for loc in locations}
     steps_tid: dict[int, int] = {}
@@ -208,6 +216,7 @@ def merged(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any], list[dict[st
         events += [_meta("thread_name", rank, int(loc["thread"]), name=str(loc["name"])),
                    _meta("thread_sort_index", rank, int(loc["thread"]), sort_index=int(loc["thread"]))]
     kinds = {loc["location_id"]: loc["kind"] for loc in locations}
+    yield from events
     for rank in sorted(steps_tid):
         for row in _intervals(con, rank):
             args = json.loads(row["args"]) if row["args"] is not None else None
@@ -216,27 +225,25 @@ def merged(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any], list[dict[st
                 args = {**(args or {}), "dltrace": extra}
             s = Slice(rank, tid_of[row["location_id"]][1], str(row["name"]), _cat(row, kinds[row["location_id"]]),
                       origin + int(row["start_ns"]), origin + int(row["end_ns"]), args)
-            events.append(chrome.slice_event(s, base))
+            yield chrome.slice_event(s, base)
     step_args = _step_args(con)
     for rank, tid in steps_tid.items():
-        events += [_meta("thread_name", rank, tid, name="steps"), _meta("thread_sort_index", rank, tid, sort_index=-1)]
+        yield _meta("thread_name", rank, tid, name="steps")
+        yield _meta("thread_sort_index", rank, tid, sort_index=-1)
     for rank, step, start, end, source in con.execute(
             "SELECT rank, step, start_ns, end_ns, source FROM steps ORDER BY rank, step").fetchall():
         if rank in steps_tid:
             args = {"source": source, **step_args.get((rank, step), {})}
-            events.append(chrome.slice_event(Slice(rank, steps_tid[rank], f"step {step}", "dltrace.step",
-                                                   origin + start, origin + end, args), base))
+            yield chrome.slice_event(Slice(rank, steps_tid[rank], f"step {step}", "dltrace.step",
+                                           origin + start, origin + end, args), base)
     for n, (rank, lloc, lstart, dloc, dstart) in enumerate(con.execute("""
             SELECT rank, launch_location_id, launch_start_ns, location_id, start_ns FROM correlations
             ORDER BY rank, start_ns""").fetchall()):
-        events.append({"ph": "s", "id": n, "cat": "ac2g", "name": "ac2g", "pid": rank, "tid": tid_of[lloc][1],
-                       "ts": chrome.us(origin + lstart - base)})
-        events.append({"ph": "f", "id": n, "cat": "ac2g", "name": "ac2g", "bp": "e", "pid": rank,
-                       "tid": tid_of[dloc][1], "ts": chrome.us(origin + dstart - base)})
-    events += _counters(con, origin, base)
-    header = {"displayTimeUnit": "ms", "baseTimeNanoseconds": base,
-              "otherData": {"exported_by": "dltrace analyze export", "run": run_name, "ranks": ranks_n}}
-    return header, events
+        yield {"ph": "s", "id": n, "cat": "ac2g", "name": "ac2g", "pid": rank, "tid": tid_of[lloc][1],
+               "ts": chrome.us(origin + lstart - base)}
+        yield {"ph": "f", "id": n, "cat": "ac2g", "name": "ac2g", "bp": "e", "pid": rank,
+               "tid": tid_of[dloc][1], "ts": chrome.us(origin + dstart - base)}
+    yield from _counters(con, origin, base)
 
 
 def _meta(event: str, pid: Any, tid: Any, **args: Any) -> dict[str, Any]:
@@ -244,8 +251,9 @@ def _meta(event: str, pid: Any, tid: Any, **args: Any) -> dict[str, Any]:
 
 
 # -- per rank: Kineto's layout ---------------------------------------------------------
-def per_rank(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[int, dict[str, Any], list[dict[str, Any]]]]:
-    """(rank, header, events) per rank, in Kineto's layout (see the module docstring)."""
+def per_rank(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[int, dict[str, Any], Iterator[dict[str, Any]]]]:
+    """(rank, header, events) per rank, in Kineto's layout (see the module docstring); each
+    rank's events come as they are read (consume them before the next rank's)."""
     origin = _origin(con)
     files = {int(r): (int(b), json.loads(h), json.loads(o)) for r, b, h, o in con.execute(
         "SELECT rank, base_time_ns, header, other_events FROM chrome_files").fetchall()}
@@ -265,19 +273,22 @@ def per_rank(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[int, dict[str, An
                       "displayTimeUnit": "ms", "baseTimeNanoseconds": base}
             events = _synthesized_meta(rank, locs, track)
             events += _flows(con, rank, track, origin, base)
-        events = list(events)
-        for row in _intervals(con, rank):
-            loc = row["location_id"]
-            pid, tid = track[loc]
-            if row["args"] is not None or row["cat"] is not None:
-                args = json.loads(row["args"]) if row["args"] is not None else None
-                extra = json.loads(row["extra"]) if row["extra"] is not None else None
-            else:
-                args, extra = _kineto_args(row, kinds[loc], pid, tid), None
-            s = Slice(pid, tid, str(row["name"]), _cat(row, kinds[loc]), origin + int(row["start_ns"]),
-                      origin + int(row["end_ns"]), args, extra)
-            events.append(chrome.slice_event(s, base))
-        yield rank, header, events
+        yield rank, header, itertools.chain(events, _rank_slices(con, rank, track, kinds, origin, base))
+
+
+def _rank_slices(con: duckdb.DuckDBPyConnection, rank: int, track: dict[int, tuple[Any, Any]],
+                 kinds: dict[int, str], origin: int, base: int) -> Iterator[dict[str, Any]]:
+    for row in _intervals(con, rank):
+        loc = row["location_id"]
+        pid, tid = track[loc]
+        if row["args"] is not None or row["cat"] is not None:
+            args = json.loads(row["args"]) if row["args"] is not None else None
+            extra = json.loads(row["extra"]) if row["extra"] is not None else None
+        else:
+            args, extra = _kineto_args(row, kinds[loc], pid, tid), None
+        s = Slice(pid, tid, str(row["name"]), _cat(row, kinds[loc]), origin + int(row["start_ns"]),
+                  origin + int(row["end_ns"]), args, extra)
+        yield chrome.slice_event(s, base)
 
 
 def _track(loc: dict[str, Any]) -> tuple[Any, Any]:

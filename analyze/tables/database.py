@@ -256,10 +256,11 @@ def build(
 
 
 def read_config() -> dict[str, Any]:
-    """A connection's config for the verbs' own heavy queries over a run (joins over every
-    interval): DuckDB's memory cap of the build, so that they spill rather than take up to
-    80% of RAM."""
-    return {k: v for k, v in _build_config().items() if k in ("memory_limit", "preserve_insertion_order")}
+    """The config of the verbs' read-only connections (their queries sort, join and export
+    every interval): the build's memory cap, so that DuckDB spills as the build's connection
+    does rather than take up to 80% of RAM (`analyze export` of 10^7 events peaked at 2.0 GB
+    without it, 1.3 GB with it)."""
+    return {k: v for k, v in _build_config().items() if k == "memory_limit"}
 
 
 def _build_config() -> dict[str, Any]:
@@ -705,7 +706,7 @@ def built(run: Path | str, read: Callable[[duckdb.DuckDBPyConnection], T], **bui
     out: list[T] = []
     paths = build(run, then=lambda con: out.append(read(con)), **build_options)
     if not out:
-        with duckdb.connect(str(paths.db), read_only=True) as con:
+        with duckdb.connect(str(paths.db), read_only=True, config=read_config()) as con:
             out.append(read(con))
     return paths, out[0]
 
