@@ -183,6 +183,22 @@ def bottleneck(runs: pd.DataFrame) -> ggplot:
 MAX_POINTS = 2000  # points of each op in the waits figure (the boxes use every instance)
 
 
+def _boxes(waits: pd.DataFrame) -> pd.DataFrame:
+    """op, rank, lower, middle, upper (quartiles), ymin, ymax (Tukey's whiskers: the most
+    extreme waits within 1.5 IQR of the box) of each op's and rank's waits."""
+    rows = []
+    for (op, rank), g in waits.groupby(["op", "rank"], sort=True):
+        y = g["wait_ms"].to_numpy(float)
+        y = y[~np.isnan(y)]  # an instance never matched across ranks has no wait
+        if not len(y):
+            continue
+        q1, med, q3 = np.percentile(y, [25, 50, 75])
+        reach = 1.5 * (q3 - q1)
+        rows.append({"op": op, "rank": rank, "lower": q1, "middle": med, "upper": q3,
+                     "ymin": y[y >= q1 - reach].min(), "ymax": y[y <= q3 + reach].max()})
+    return pd.DataFrame(rows, columns=["op", "rank", "lower", "middle", "upper", "ymin", "ymax"])
+
+
 def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLabel) -> ggplot:
     """Per collective op and rank: the wait before each collective instance (box and points,
     the rank everyone waited for in vermillion), and how often each rank arrived last.
@@ -191,18 +207,26 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
     """
     ticks = pd.DataFrame({"op": stragglers["op"], "rank": stragglers["rank"],
                           "x": [f"rank {r.rank}\nlast {r.times_last:,}/{r.instances:,}" for r in stragglers.itertuples()]})
-    w = waits[["op", "rank", "wait_ms", "arrived_last"]].merge(ticks, on=["op", "rank"], how="left")
-    w["x"] = w["x"].fillna("rank " + w["rank"].astype(str))
-    w["who"] = w["arrived_last"].map({True: "arrived last", False: "waited"})
-    # the boxes summarize every instance; the points are a seeded sample of a long run's
+
+    def with_x(df: pd.DataFrame) -> pd.DataFrame:
+        out = df.merge(ticks, on=["op", "rank"], how="left")
+        out["x"] = out["x"].fillna("rank " + out["rank"].astype(str))
+        return out
+
+    w = waits[["op", "rank", "wait_ms", "arrived_last"]]
+    # the boxes summarize every instance, computed here (a long run's millions of instances
+    # took plotnine's stat 34 s); the points are a seeded sample of them
+    boxes = with_x(_boxes(w))
     shown = w.assign(key=np.random.default_rng(0).random(len(w)))
-    shown = shown[shown.groupby("op")["key"].rank(method="first") <= MAX_POINTS]
+    shown = with_x(shown[shown.groupby("op")["key"].rank(method="first") <= MAX_POINTS])
+    shown["who"] = shown["arrived_last"].map({True: "arrived last", False: "waited"})
     sampled = f"\npoints: a sample of {MAX_POINTS:,} instances per op; boxes: all" if len(shown) < len(w) else ""
     ops = w["op"].nunique()
     return (
-        ggplot(w, aes("x", "wait_ms"))
-        + geom_boxplot(outlier_shape="", width=0.5, color="#555555")
-        + geom_jitter(shown, aes(color="who"), width=0.18, height=0, size=1.2, alpha=0.8)
+        ggplot(shown, aes("x", "wait_ms"))
+        + geom_boxplot(boxes, aes("x", lower="lower", middle="middle", upper="upper", ymin="ymin", ymax="ymax"),
+                       stat="identity", inherit_aes=False, width=0.5, color="#555555")
+        + geom_jitter(aes(color="who"), width=0.18, height=0, size=1.2, alpha=0.8)
         + facet_wrap("op", scales="free", ncol=min(2, ops))
         + scale_color_manual(values={"arrived last": PHASE_COLORS["idle"], "waited": PHASE_COLORS["compute"]})
         + labs(title=label.title(),
