@@ -5,6 +5,7 @@ events, and on the Dask engine with 1 and 2 workers (and what that predicts for 
     python -m bench.scale ratios --events 10M --python-events 1M --pipit /tmp/pipit --pipit-events 200k  # quicker
     python -m bench.scale big --events 100M
     python -m bench.scale dask --events 1G --ranks 16 --workers 1,2
+    python -m bench.scale verbs --events 100M
 
 ``ratios``: OTF2 -> queryable tables, end to end (the build with the local engine and the
 summary ``analyze phases`` prints, as it runs them: ``database.built``), against the ``otf2``
@@ -27,7 +28,8 @@ cluster of 1 and 2 worker processes. For W workers, each stage's work measured w
 worker count (its tasks' summed seconds) is split into the tasks the build's plan makes for W
 workers, in proportion to their events, and scheduled longest first: the prediction is checked
 against the other measured worker counts, then computed for 16 and 64 (where the archive's
-locations and ranks bound the number of tasks, the longest task bounds the stage). Every
+locations and ranks bound the number of tasks, the longest task bounds the stage). ``verbs``:
+time and peak memory of each ``analyze`` verb on the archive, each in its own process. Every
 measured run is its own process; the load average is printed with each result (the machine
 is shared: repeat runs made under load).
 """
@@ -225,6 +227,33 @@ def big(ns: argparse.Namespace, tmp: Path) -> None:
     stages(out["stages"], out)
 
 
+VERBS = ["phases", "causes", "critical-path", "overlap", "balance", "patterns", "diff", "report", "export"]
+
+
+def verbs(ns: argparse.Namespace, tmp: Path) -> None:
+    """Each verb on a copy of the archive, in a process as a user runs it: `analyze phases`
+    builds the tables, `analyze causes` fills the cause tables, the others read them."""
+    import shutil
+
+    from bench import synth
+
+    run_dir, n = synth.cached(ns.events, ns.ranks, ns.cache)
+    run = tmp / "run"
+    shutil.copytree(run_dir, run, ignore=shutil.ignore_patterns("trace.duckdb*", "tables", ".builds"))
+    extra = {"diff": [str(run)], "report": ["-o", str(tmp / "report.pdf")],
+             "export": ["-o", str(tmp / "export.json.gz")]}
+    rows = []
+    for verb in ns.verbs.split(","):
+        if verb not in VERBS:
+            raise SystemExit(f"--verbs: no verb {verb!r}; choose from {', '.join(VERBS)}")
+        with measure.TreePeak() as peak:
+            got = measure.run(measure.python("-m", "analyze.cli", verb, str(run), *extra.get(verb, [])))
+        rows.append([verb, got.wall_s, peak.mb, measure.load()])
+        print(f"  {verb}: {got.wall_s:.1f} s, {peak.mb:,.0f} MB", flush=True)
+    print(f"{n:,} events, {ns.ranks} ranks (diff compares the run with itself; export writes one merged .json.gz)")
+    print(measure.table(["verb", "s", "peak RSS MB", "load (1/5 min)"], rows))
+
+
 def task_shares(defs, workers: int) -> list[list[float]]:  # type: ignore[no-untyped-def]
     """Each stage's tasks for ``workers`` workers, as shares of the stage's work, in the order
     the build runs the stages (read, prepare, match, finish): the plan the build would make
@@ -301,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench import synth  # numpy
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("what", nargs="?", choices=("ratios", "big", "dask"))
+    p.add_argument("what", nargs="?", choices=("ratios", "big", "dask", "verbs"))
     p.add_argument("--events", type=synth.parse_count, default=synth.parse_count("10M"))
     p.add_argument("--ranks", type=int, default=2)
     p.add_argument("--shared", action="store_true", help="dask: ranks share one record stream (bench.synth)")
@@ -314,17 +343,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pipit-events", type=synth.parse_count,
                    help="ratios: Pipit's archive (default: --events), extrapolated per event")
     p.add_argument("--workers", default="1,2", help="dask: worker counts")
+    p.add_argument("--verbs", default=",".join(VERBS), help="verbs: which, in order (phases first builds)")
     synth.add_cache_option(p)
     ns = p.parse_args(args)
     if ns.what is None:
-        p.error("say what to measure: ratios, big or dask")
+        p.error("say what to measure: ratios, big, dask or verbs")
     if ns.pipit and not (Path(ns.pipit) / "pipit" / "__init__.py").is_file():
         p.error(f"--pipit {ns.pipit}: no pipit package there; give the directory of a clone of "
                 "github.com/hpcgroup/pipit (the one holding its pipit/ folder)")
     measure.stop_children_on_sigterm()
     print(measure.machine())
     with tempfile.TemporaryDirectory(prefix="bench-scale-", dir=os.environ.get("DLTRACE_BENCH_TMP")) as tmp:
-        {"ratios": ratios, "big": big, "dask": dask}[ns.what](ns, Path(tmp))
+        {"ratios": ratios, "big": big, "dask": dask, "verbs": verbs}[ns.what](ns, Path(tmp))
     print(f"load avg at the end: {measure.load()}")
     return 0
 
