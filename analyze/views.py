@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.tables.phases import PHASES, segments, sweep_intervals
+from analyze.tables.steps import StepBins
 
 NS_PER_MS = 1e6
 
@@ -48,10 +49,16 @@ def run_label(con: duckdb.DuckDBPyConnection) -> RunLabel:
     return RunLabel(name, framework, int(ranks), json.loads(params) if params else {})
 
 
-def step_phases(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """rank, step, phase, ms: every step of every rank."""
-    return con.execute("""
-        SELECT rank, step, phase, duration_ns / 1e6 AS ms FROM phases ORDER BY rank, step, phase
+def step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> pd.DataFrame:
+    """rank, step, phase, ms: every step of every rank (with ``bins``, every bin's mean step)."""
+    if bins is None or bins.per == 1:
+        return con.execute("""
+            SELECT rank, step, phase, duration_ns / 1e6 AS ms FROM phases ORDER BY rank, step, phase
+        """).df()
+    return con.execute(f"""
+        SELECT rank, b AS step, phase, sum(duration_ns) / 1e6 / {bins.width('b')} AS ms
+        FROM (SELECT rank, {bins.start()} AS b, phase, duration_ns FROM phases)
+        GROUP BY rank, b, phase ORDER BY rank, step, phase
     """).df()
 
 

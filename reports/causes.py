@@ -31,6 +31,7 @@ from plotnine import (
 )
 
 from analyze.tables.causes import views as cause_views
+from analyze.tables.steps import StepBins, step_bins
 from analyze.views import RunLabel
 from reports import steps as per_bar
 from reports.page import Page
@@ -65,12 +66,11 @@ def _facet_height(panels: int, cols: int) -> float:
     return min(9.0, HEIGHT_IN + 1.6 * (-(-panels // cols) - 1))
 
 
-def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel) -> ggplot:
+def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel, per: int | None = None) -> ggplot:
     """Per rank, each step's communication split into the part compute hid and the exposed
     part. ``steps``: rank, step, part (hidden, exposed), ms; ``summary``: rank, kind, overlap
     (the overlap_summary table), for the subtitle."""
-    per = per_bar.steps_per_bar(steps["step"])
-    df = per_bar.binned(steps, ["rank", "part"], ["ms"], per)
+    df, per = per_bar.prepared(steps, ["rank", "part"], ["ms"], per)
     df = df.assign(part=pd.Categorical(df["part"], categories=["exposed", "hidden"]))
     ratios = summary[summary["kind"] == "all"]
     said = ", ".join(f"rank {r}: {100 * v:.0f}%" for r, v in zip(ratios["rank"], ratios["overlap"], strict=True)
@@ -94,7 +94,7 @@ def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel) -> ggpl
     )
 
 
-def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel) -> ggplot:
+def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: int | None = None) -> ggplot:
     """Idle time per step, summed over the ranks that waited, coloured by its cause (the rank
     that arrived last and the region that made it late). ``per_step``: step, cause, ms;
     ``lines``: the largest causes in words, for the subtitle."""
@@ -102,8 +102,7 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel) -> gg
         list(dict.fromkeys(per_step["cause"]))
     colors = _palette(causes, "other causes" if "other causes" in causes else None)
     top = textwrap.fill(lines[0], 78) if lines else ""
-    per = per_bar.steps_per_bar(per_step["step"])
-    per_step = per_bar.binned(per_step, ["cause"], ["ms"], per)
+    per_step, per = per_bar.prepared(per_step, ["cause"], ["ms"], per)
     return (
         ggplot(per_step, aes("step", "ms", fill="cause"))
         + geom_col(width=per_bar.width(per))
@@ -119,7 +118,8 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel) -> gg
     )
 
 
-def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, most: int = 7) -> ggplot:
+def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, most: int = 7,
+                  per: int | None = None) -> ggplot:
     """Per step, the critical path's length split by the rank it ran on, and the step time
     perfect balance would give (black points). ``per_rank``: step, rank, ms; ``steps``: step,
     path_ms, balanced_ms. Ranks past the ``most`` most often on the path are grouped."""
@@ -129,12 +129,12 @@ def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, 
     who = per_rank["rank"].map({r: f"rank {r}" for r in busiest}).fillna("other ranks")
     levels = names + (["other ranks"] if grouped else [])
     df = per_rank.assign(who=pd.Categorical(who, categories=levels[::-1]))
-    cost = steps["path_ms"].sum() - steps["balanced_ms"].sum()
-    total = steps["path_ms"].sum()
-    per = per_bar.steps_per_bar(steps["step"])
-    span = (int(steps["step"].min()), int(steps["step"].max())) if len(steps) else None
-    df = per_bar.binned(df, ["who"], ["ms"], per, span)
-    steps = per_bar.binned(steps[["step", "path_ms", "balanced_ms"]], [], ["path_ms", "balanced_ms"], per, span)
+    n = steps.get("n", 1)  # steps a row stands for (binned by the view)
+    total = float((steps["path_ms"] * n).sum())
+    cost = total - float((steps["balanced_ms"] * n).sum())
+    span = (int(steps["step"].min()), int(steps["step"].max())) if len(steps) and per is None else None
+    df, _ = per_bar.prepared(df, ["who"], ["ms"], per, span)
+    steps, per = per_bar.prepared(steps[["step", "path_ms", "balanced_ms"]], [], ["path_ms", "balanced_ms"], per, span)
     return (
         ggplot(df, aes("step", "ms", fill="who"))
         + geom_col(width=per_bar.width(per))
@@ -180,17 +180,19 @@ def diff_plot(table: pd.DataFrame, a: str, b: str, top: int = 15) -> ggplot:
     )
 
 
-def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel) -> list[Page]:
+def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: StepBins | None = None) -> list[Page]:
     """The pages a run has data for: overlap (it communicates), root causes (some rank was
-    idle), critical path (more than one rank)."""
+    idle), critical path (more than one rank). ``bins``: the run's steps binned in SQL for
+    the per-step bars (:func:`analyze.tables.steps.step_bins`)."""
+    bins = bins or step_bins(con)
     pages = []
-    steps = cause_views.overlap_steps(con)
+    steps = cause_views.overlap_steps(con, bins)
     if steps["ms"].sum() > 0:
-        pages.append(Page(f"{tag}-overlap", overlap(steps, cause_views.overlap_summary(con), label)))
-    per_step = cause_views.cause_steps(con)
+        pages.append(Page(f"{tag}-overlap", overlap(steps, cause_views.overlap_summary(con), label, bins.per)))
+    per_step = cause_views.cause_steps(con, bins=bins)
     if len(per_step) and per_step["ms"].sum() > 0:
-        pages.append(Page(f"{tag}-causes", root_causes(per_step, cause_views.delay_lines(con, 2), label)))
-    per_rank, balance = cause_views.path_steps(con)
+        pages.append(Page(f"{tag}-causes", root_causes(per_step, cause_views.delay_lines(con, 2), label, bins.per)))
+    per_rank, balance = cause_views.path_steps(con, bins)
     if label.ranks > 1 and len(balance):
-        pages.append(Page(f"{tag}-critical-path", critical_path(per_rank, balance, label)))
+        pages.append(Page(f"{tag}-critical-path", critical_path(per_rank, balance, label, per=bins.per)))
     return pages

@@ -129,10 +129,10 @@ def timeline(tl: Timeline, label: RunLabel) -> ggplot:
     )
 
 
-def step_breakdown(steps: pd.DataFrame, label: RunLabel) -> ggplot:
-    """Per rank, each step's time stacked by phase: warm-up, drift and stragglers show up."""
-    per = per_bar.steps_per_bar(steps["step"])
-    df = per_bar.binned(steps, ["rank", "phase"], ["ms"], per)
+def step_breakdown(steps: pd.DataFrame, label: RunLabel, per: int | None = None) -> ggplot:
+    """Per rank, each step's time stacked by phase: warm-up, drift and stragglers show up.
+    ``per``: ``steps`` is binned already, by so many steps (reports/steps.py)."""
+    df, per = per_bar.prepared(steps, ["rank", "phase"], ["ms"], per)
     df = df.assign(phase=pd.Categorical(df["phase"], categories=PHASE_ORDER[::-1]))
     n_ranks = df["rank"].nunique()
     cols = min(4, n_ranks)

@@ -27,6 +27,7 @@ from analyze import views
 from analyze.errors import AnalyzeError
 from analyze.experiments import compare
 from analyze.tables import database
+from analyze.tables.steps import step_bins
 from analyze.views import Timeline
 from reports import causes, energy, figures
 from reports.page import Page
@@ -60,12 +61,13 @@ def run_pages(con: duckdb.DuckDBPyConnection, index: int, steps: tuple[int, int]
             f"{run} has no steps {steps[0] if steps else ''}:{steps[1] if steps else ''} "
             f"(it has steps {first}-{last}); choose others with --steps A:B"
         ) from None
+    bins = step_bins(con)  # a long run's steps binned in SQL for the per-step bars
     pages = [Page(f"{tag}-timeline", figures.timeline(tl, label)),
-             Page(f"{tag}-steps", figures.step_breakdown(views.step_phases(con), label))]
+             Page(f"{tag}-steps", figures.step_breakdown(views.step_phases(con, bins), label, bins.per))]
     waits = views.collective_waits(con)
     if len(waits):
         pages.append(Page(f"{tag}-waits", figures.collective_waits(waits, views.stragglers(waits), label)))
-    pages += causes.run_pages(con, tag, label)
+    pages += causes.run_pages(con, tag, label, bins)
     pages += energy.run_pages(con, tag, label)  # power over time, where the trace has power
     return label, pages, tl
 

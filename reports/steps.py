@@ -3,7 +3,8 @@
 A bar per step is what a run of tens or hundreds of steps needs. A run of 10^5 steps would
 draw millions of rectangles (a PDF no viewer opens, minutes to write), so consecutive steps
 are grouped into bins of ``per`` steps and each bar is the bin's mean per step, drawn at the
-bin's first step. Steps a frame has no row for (a step without idle time, a rank off the
+bin's first step. The report bins in SQL (:class:`analyze.tables.steps.StepBins`) and hands
+the figures its bins with ``per``; a frame of every step is binned here the same way. Steps a frame has no row for (a step without idle time, a rank off the
 critical path) count as zero, so the means are over every step of the bin.
 """
 
@@ -12,7 +13,9 @@ from __future__ import annotations
 import pandas as pd
 from plotnine import scale_x_continuous
 
-MAX_BARS = 400  # bars per panel before steps are binned
+from analyze.tables.steps import MAX_STEP_BARS
+
+MAX_BARS = MAX_STEP_BARS  # bars per panel before steps are binned (the views bin alike in SQL)
 
 
 def steps_per_bar(steps: pd.Series, most: int = MAX_BARS) -> int:
@@ -62,3 +65,13 @@ def step_label(v: float) -> str:
 def axis() -> scale_x_continuous:
     """The step axis of a long run: plotnine's round breaks, labelled short."""
     return scale_x_continuous(labels=lambda breaks: [step_label(float(b)) for b in breaks])
+
+
+def prepared(df: pd.DataFrame, keys: list[str], values: list[str], per: int | None,
+             span: tuple[int, int] | None = None) -> tuple[pd.DataFrame, int]:
+    """(``df`` binned, steps a bar): ``per`` None: ``df`` has every step, bin it here; else
+    it is binned already by ``per`` steps (:class:`analyze.tables.steps.StepBins`)."""
+    if per is not None:
+        return df, per
+    per = steps_per_bar(df["step"]) if span is None else max(1, -(-(span[1] - span[0] + 1) // MAX_BARS))
+    return binned(df, keys, values, per, span), per

@@ -9,6 +9,10 @@ each candidate on every rank first), so that all ranks' steps come from the same
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import duckdb
+
 from analyze.schema import Category
 
 SOURCES = ("marker", "region", "whole_run")
@@ -62,3 +66,33 @@ def choose(counts: dict[str, int], step_region: str | None) -> str:
 def label(source: str, step_region: str | None) -> str:
     """What ``build_info.step_source`` says: marker, region:<name> or whole_run."""
     return f"region:{step_region}" if source == "region" else source
+
+
+MAX_STEP_BARS = 400  # bars a panel of a per-step figure before consecutive steps are binned
+
+
+@dataclass(frozen=True)
+class StepBins:
+    """Consecutive steps grouped for a per-step figure, in SQL: bins of ``per`` steps from
+    ``first``, the last ending at ``last``; a bin's value is its mean per step (a step without
+    a row counts as zero), at the bin's first step. ``per`` 1: every step its own."""
+
+    first: int
+    last: int
+    per: int
+
+    def start(self, col: str = "step") -> str:
+        """SQL: the first step of ``col``'s bin."""
+        return f"({self.first} + ({col} - {self.first}) // {self.per} * {self.per})"
+
+    def width(self, start: str) -> str:
+        """SQL: how many steps the bin starting at ``start`` holds."""
+        return "1" if self.per == 1 else f"least({self.per}, {self.last} - {start} + 1)"
+
+
+def step_bins(con: duckdb.DuckDBPyConnection, most: int = MAX_STEP_BARS) -> StepBins:
+    """The bins of the run's steps: one step each while they fit in ``most`` bars."""
+    first, last = con.execute("SELECT min(step), max(step) FROM steps").fetchone() or (None, None)
+    if first is None:
+        return StepBins(0, 0, 1)
+    return StepBins(int(first), int(last), max(1, -(-(int(last) - int(first) + 1) // most)))

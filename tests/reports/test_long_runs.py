@@ -3,6 +3,8 @@ sample of the waits' points; every step still counts."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import matplotlib
 import numpy as np
 import pandas as pd
@@ -73,3 +75,38 @@ def test_the_waits_figure_samples_its_points_but_not_its_boxes() -> None:
     assert len(points.data) == figures.MAX_POINTS and len(boxes.data) == 2
     assert "a sample of 2,000 instances per op" in plot.labels.subtitle
     assert set(boxes.data["middle"]) == {0.0, 2.0}  # the medians of all 5,000 instances a rank
+
+
+def test_the_report_bins_in_sql_as_a_figure_bins_a_frame(tmp_path: Path) -> None:
+    """The report reads a long run's steps binned by DuckDB, never every step; the bins are
+    the ones a frame of every step gets (reports/steps.py)."""
+    import analyze
+    from analyze.tables.causes import views as cause_views
+    from analyze.tables.steps import step_bins
+    from bench import synth
+
+    run, _ = synth.write(200_000, tmp_path / "run")  # about 900 steps of 2 ranks
+    db = analyze.open(run)
+    bins = step_bins(db, most=100)
+    span = (bins.first, bins.last)
+    assert bins.per == 9
+
+    def same(sql: pd.DataFrame, frame: pd.DataFrame, keys: list[str], values: list[str]) -> None:
+        want = per_bar.binned(frame, keys, values, bins.per, span)
+        got, want = (d.sort_values(["step", *keys]).reset_index(drop=True) for d in (sql, want))
+        assert got["step"].nunique() <= 100 and len(got) == len(want)
+        pd.testing.assert_frame_equal(got[["step", *keys, *values]], want[["step", *keys, *values]],
+                                      check_dtype=False, check_categorical=False, rtol=1e-9)
+
+    same(views.step_phases(db, bins), views.step_phases(db), ["rank", "phase"], ["ms"])
+    same(cause_views.overlap_steps(db, bins), cause_views.overlap_steps(db), ["rank", "part"], ["ms"])
+    causes_binned = cause_views.cause_steps(db, bins=bins)
+    assert causes_binned["ms"].sum() > 0
+    same(causes_binned, cause_views.cause_steps(db), ["cause"], ["ms"])
+    (per_rank, steps), (all_rank, all_steps) = cause_views.path_steps(db, bins), cause_views.path_steps(db)
+    same(per_rank, all_rank, ["rank"], ["ms"])
+    same(steps, all_steps, [], ["path_ms", "balanced_ms"])
+    # the critical path page's totals are the run's, from the bins and their step counts
+    a = causes.critical_path(per_rank, steps, LABEL, per=bins.per).labels.subtitle
+    b = causes.critical_path(all_rank, all_steps, LABEL).labels.subtitle
+    assert a.splitlines()[2] == b.splitlines()[2] and a.splitlines()[2].startswith("imbalance cost")

@@ -10,6 +10,7 @@ import duckdb
 import pandas as pd
 
 from analyze.schema import CauseKind, DevicePhase
+from analyze.tables.steps import StepBins
 
 
 def step_ranges(steps: list[int], most: int = 4) -> str:
@@ -119,11 +120,15 @@ def path_contributions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 # --- frames for the report pages -------------------------------------------------------------
 
-def overlap_steps(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """rank, step, part (hidden, exposed), ms: all communication of each step."""
-    df = con.execute("""
-        SELECT rank, step, hidden_ns / 1e6 AS hidden, exposed_ns / 1e6 AS exposed
-        FROM overlap WHERE kind = 'all' ORDER BY rank, step
+def overlap_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> pd.DataFrame:
+    """rank, step, part (hidden, exposed), ms: all communication of each step (with ``bins``,
+    of each bin's mean step)."""
+    bins = bins or StepBins(0, 0, 1)
+    df = con.execute(f"""
+        SELECT rank, b AS step, sum(hidden_ns) / 1e6 / {bins.width('b')} AS hidden,
+               sum(exposed_ns) / 1e6 / {bins.width('b')} AS exposed
+        FROM (SELECT rank, {bins.start()} AS b, hidden_ns, exposed_ns FROM overlap WHERE kind = 'all')
+        GROUP BY rank, b ORDER BY rank, step
     """).df()
     return df.melt(id_vars=["rank", "step"], value_vars=["hidden", "exposed"], var_name="part",
                    value_name="ms")
@@ -137,15 +142,18 @@ def cause_label(rank: object, kind: str, region: object) -> str:
     return "unknown"
 
 
-def cause_steps(con: duckdb.DuckDBPyConnection, top: int = 5) -> pd.DataFrame:
+def cause_steps(con: duckdb.DuckDBPyConnection, top: int = 5, bins: StepBins | None = None) -> pd.DataFrame:
     """step, cause (a label; causes past the ``top`` largest are "other causes"), ms: idle
-    time per step summed over the ranks that waited, by its cause. Steps are the waiting
-    ranks' steps."""
+    time per step summed over the ranks that waited, by its cause (with ``bins``, per mean
+    step of each bin). Steps are the waiting ranks' steps."""
     totals = con.execute("""SELECT cause_rank, cause_kind, cause_region FROM delay_totals
                             ORDER BY idle_ns DESC, cause_rank, cause_region LIMIT $n""", {"n": top}).fetchall()
     keep = [cause_label(*t) for t in totals]
-    df = con.execute("""SELECT step, cause_rank, cause_kind, cause_region, sum(idle_ns) / 1e6 AS ms
-                        FROM delays GROUP BY ALL""").df()
+    bins = bins or StepBins(0, 0, 1)
+    df = con.execute(f"""SELECT b AS step, cause_rank, cause_kind, cause_region,
+                               sum(idle_ns) / 1e6 / {bins.width('b')} AS ms
+                        FROM (SELECT {bins.start()} AS b, cause_rank, cause_kind, cause_region, idle_ns FROM delays)
+                        GROUP BY b, cause_rank, cause_kind, cause_region""").df()
     if df.empty:
         return pd.DataFrame({"step": [], "cause": [], "ms": []})
     labels = [cause_label(r, k, g) for r, k, g in zip(df["cause_rank"], df["cause_kind"], df["cause_region"],
@@ -157,11 +165,17 @@ def cause_steps(con: duckdb.DuckDBPyConnection, top: int = 5) -> pd.DataFrame:
     return out
 
 
-def path_steps(con: duckdb.DuckDBPyConnection) -> tuple[pd.DataFrame, pd.DataFrame]:
+def path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(step, rank, ms: time on the critical path per step and rank; step, path_ms,
-    balanced_ms: the path's length and the perfect-balance step time)."""
-    per_rank = con.execute("""SELECT step, rank, sum(duration_ns) / 1e6 AS ms FROM critical_path
-                              GROUP BY step, rank ORDER BY step, rank""").df()
-    steps = con.execute("""SELECT step, duration_ns / 1e6 AS path_ms, balanced_ns / 1e6 AS balanced_ms
-                           FROM step_balance ORDER BY step""").df()
+    balanced_ms, n: the path's length and the perfect-balance step time, over n steps). With
+    ``bins``, per mean step of each bin, n its steps."""
+    bins = bins or StepBins(0, 0, 1)
+    width = bins.width("b")
+    per_rank = con.execute(f"""SELECT b AS step, rank, sum(duration_ns) / 1e6 / {width} AS ms
+                               FROM (SELECT {bins.start()} AS b, rank, duration_ns FROM critical_path)
+                               GROUP BY b, rank ORDER BY step, rank""").df()
+    steps = con.execute(f"""SELECT b AS step, sum(duration_ns) / 1e6 / {width} AS path_ms,
+                                   sum(balanced_ns) / 1e6 / {width} AS balanced_ms, {width} AS n
+                            FROM (SELECT {bins.start()} AS b, duration_ns, balanced_ns FROM step_balance)
+                            GROUP BY b ORDER BY step""").df()
     return per_rank, steps
