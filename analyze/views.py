@@ -294,6 +294,43 @@ def collective_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """).df()
 
 
+def waits_summary(con: duckdb.DuckDBPyConnection, points: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """What the waits figure draws, summed by DuckDB over every instance (a long run has
+    millions): (points, boxes, stragglers). ``points``: the rows of :func:`collective_waits`
+    for at most ``points`` instances of each op, a fixed sample (by a hash of communicator,
+    sequence and rank); ``boxes``: op, rank, n, lower, middle, upper (quartiles, interpolated
+    as numpy's percentiles), ymin, ymax (Tukey's whiskers: the most extreme waits within 1.5
+    IQR of the box); ``stragglers``: as :func:`stragglers`."""
+    c = """
+        SELECT coalesce(op, 'unknown') AS op, rank, comm_id, seq, wait_ns / 1e6 AS wait_ms,
+               transfer_ns / 1e6 AS transfer_ms,
+               enter_ns = max(enter_ns) OVER (PARTITION BY comm_id, seq)
+                   AND count(*) OVER (PARTITION BY comm_id, seq) > 1 AS arrived_last
+        FROM collectives"""
+    sample = con.execute(f"""
+        SELECT op, rank, comm_id, seq, wait_ms, transfer_ms, arrived_last FROM ({c})
+        QUALIFY row_number() OVER (PARTITION BY op ORDER BY hash(comm_id, seq, rank), comm_id, seq, rank) <= $n
+        ORDER BY op, comm_id, seq, rank""", {"n": points}).df()
+    boxes = con.execute(f"""
+        WITH c AS ({c}),
+        q AS (SELECT op, rank, count(wait_ms) AS n, quantile_cont(wait_ms, 0.25) AS lower,
+                     quantile_cont(wait_ms, 0.5) AS middle, quantile_cont(wait_ms, 0.75) AS upper
+              FROM c WHERE wait_ms IS NOT NULL GROUP BY op, rank)
+        SELECT q.op, q.rank, any_value(q.n) AS n, any_value(lower) AS lower, any_value(middle) AS middle,
+               any_value(upper) AS upper,
+               min(c.wait_ms) FILTER (WHERE c.wait_ms >= lower - 1.5 * (upper - lower)) AS ymin,
+               max(c.wait_ms) FILTER (WHERE c.wait_ms <= upper + 1.5 * (upper - lower)) AS ymax
+        FROM q JOIN c USING (op, rank) GROUP BY q.op, q.rank ORDER BY q.op, q.rank""").df()
+    counts = con.execute(f"""
+        WITH c AS ({c}),
+        ops AS (SELECT op, count(DISTINCT (comm_id, seq)) AS instances FROM c GROUP BY op),
+        last AS (SELECT op, rank, count(*) AS times_last FROM c WHERE arrived_last GROUP BY op, rank)
+        SELECT o.op, r.rank, coalesce(l.times_last, 0) AS times_last, o.instances
+        FROM ops o CROSS JOIN (SELECT DISTINCT rank FROM c) r LEFT JOIN last l ON l.op = o.op AND l.rank = r.rank
+        ORDER BY o.op, r.rank""").df()
+    return sample, boxes, counts
+
+
 def stragglers(waits: pd.DataFrame) -> pd.DataFrame:
     """op, rank, times_last, instances: how often each rank was the last to arrive, out of
     how many instances of the op (distinct communicator and sequence number)."""

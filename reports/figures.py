@@ -184,8 +184,9 @@ MAX_POINTS = 2000  # points of each op in the waits figure (the boxes use every 
 
 
 def _boxes(waits: pd.DataFrame) -> pd.DataFrame:
-    """op, rank, lower, middle, upper (quartiles), ymin, ymax (Tukey's whiskers: the most
-    extreme waits within 1.5 IQR of the box) of each op's and rank's waits."""
+    """op, rank, n, lower, middle, upper (quartiles), ymin, ymax (Tukey's whiskers: the most
+    extreme waits within 1.5 IQR of the box) of each op's and rank's waits (in SQL for the
+    report: :func:`analyze.views.waits_summary`)."""
     rows = []
     for (op, rank), g in waits.groupby(["op", "rank"], sort=True):
         y = g["wait_ms"].to_numpy(float)
@@ -194,12 +195,13 @@ def _boxes(waits: pd.DataFrame) -> pd.DataFrame:
             continue
         q1, med, q3 = np.percentile(y, [25, 50, 75])
         reach = 1.5 * (q3 - q1)
-        rows.append({"op": op, "rank": rank, "lower": q1, "middle": med, "upper": q3,
+        rows.append({"op": op, "rank": rank, "n": len(y), "lower": q1, "middle": med, "upper": q3,
                      "ymin": y[y >= q1 - reach].min(), "ymax": y[y <= q3 + reach].max()})
-    return pd.DataFrame(rows, columns=["op", "rank", "lower", "middle", "upper", "ymin", "ymax"])
+    return pd.DataFrame(rows, columns=["op", "rank", "n", "lower", "middle", "upper", "ymin", "ymax"])
 
 
-def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLabel) -> ggplot:
+def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLabel,
+                     boxes: pd.DataFrame | None = None) -> ggplot:
     """Per collective op and rank: the wait before each collective instance (box and points,
     the rank everyone waited for in vermillion), and how often each rank arrived last.
 
@@ -214,13 +216,19 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
         return out
 
     w = waits[["op", "rank", "wait_ms", "arrived_last"]]
-    # the boxes summarize every instance, computed here (a long run's millions of instances
-    # took plotnine's stat 34 s); the points are a seeded sample of them
-    boxes = with_x(_boxes(w))
-    shown = w.assign(key=np.random.default_rng(0).random(len(w)))
-    shown = with_x(shown[shown.groupby("op")["key"].rank(method="first") <= MAX_POINTS])
+    # the boxes summarize every instance, computed here or in SQL (a long run's millions of
+    # instances took plotnine's stat 34 s); the points are a sample of them
+    if boxes is None:
+        boxes = _boxes(w)
+        shown = w.assign(key=np.random.default_rng(0).random(len(w)))
+        shown = shown[shown.groupby("op")["key"].rank(method="first") <= MAX_POINTS]
+    else:  # waits is the sample already (analyze.views.waits_summary)
+        shown = w
+    sampled = (f"\npoints: a sample of {MAX_POINTS:,} instances per op; boxes: all"
+               if (boxes.groupby("op")["n"].sum() > MAX_POINTS).any() else "")
+    boxes = with_x(boxes)
+    shown = with_x(shown)
     shown["who"] = shown["arrived_last"].map({True: "arrived last", False: "waited"})
-    sampled = f"\npoints: a sample of {MAX_POINTS:,} instances per op; boxes: all" if len(shown) < len(w) else ""
     ops = w["op"].nunique()
     return (
         ggplot(shown, aes("x", "wait_ms"))

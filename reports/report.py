@@ -64,9 +64,9 @@ def run_pages(con: duckdb.DuckDBPyConnection, index: int, steps: tuple[int, int]
     bins = step_bins(con)  # a long run's steps binned in SQL for the per-step bars
     pages = [Page(f"{tag}-timeline", figures.timeline(tl, label)),
              Page(f"{tag}-steps", figures.step_breakdown(views.step_phases(con, bins), label, bins.per))]
-    waits = views.collective_waits(con)
+    waits, boxes, stragglers = views.waits_summary(con, figures.MAX_POINTS)
     if len(waits):
-        pages.append(Page(f"{tag}-waits", figures.collective_waits(waits, views.stragglers(waits), label)))
+        pages.append(Page(f"{tag}-waits", figures.collective_waits(waits, stragglers, label, boxes)))
     pages += causes.run_pages(con, tag, label, bins)
     pages += energy.run_pages(con, tag, label)  # power over time, where the trace has power
     return label, pages, tl

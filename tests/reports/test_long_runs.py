@@ -8,6 +8,7 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 import pandas as pd
+import pytest
 from matplotlib import pyplot as plt
 
 from analyze import views
@@ -110,3 +111,31 @@ def test_the_report_bins_in_sql_as_a_figure_bins_a_frame(tmp_path: Path) -> None
     a = causes.critical_path(per_rank, steps, LABEL, per=bins.per).labels.subtitle
     b = causes.critical_path(all_rank, all_steps, LABEL).labels.subtitle
     assert a.splitlines()[2] == b.splitlines()[2] and a.splitlines()[2].startswith("imbalance cost")
+
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.mark.parametrize("fixture", ["scorep/sstelements-bcast4", "kineto/hta_sampled_2rank", "synthetic"])
+def test_the_waits_summed_in_sql_are_those_of_every_instance(fixture: str, tmp_path: Path) -> None:
+    import shutil
+
+    import analyze
+    from bench import synth
+
+    if fixture == "synthetic":
+        run, _ = synth.write(50_000, tmp_path / "run")
+    else:
+        run = shutil.copytree(FIXTURES / fixture, tmp_path / "run")
+    db = analyze.open(run)
+    every = views.collective_waits(db)
+    assert len(every)
+    sample, boxes, counts = views.waits_summary(db, 25)
+    pd.testing.assert_frame_equal(counts, views.stragglers(every), check_dtype=False)
+    pd.testing.assert_frame_equal(boxes.reset_index(drop=True), figures._boxes(every).reset_index(drop=True),
+                                  check_dtype=False, rtol=1e-9)
+    assert (sample.groupby("op").size() <= 25).all() and set(sample["op"]) == set(every["op"])
+    key = ["op", "comm_id", "seq", "rank"]
+    assert len(sample.merge(every, on=[*key, "wait_ms", "arrived_last"])) == len(sample)  # rows of the run
+    assert views.waits_summary(db, 25)[0].equals(sample)  # the same sample each time
+    drawn(figures.collective_waits(sample, counts, LABEL, boxes))
