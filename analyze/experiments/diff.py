@@ -233,4 +233,6 @@ def text(df: pd.DataFrame, a: Side, b: Side, top: int = 15) -> str:
             f"change in time per step (mean over ranks), B - A, with 95% confidence intervals over {over}; "
             f"largest first")
     cols = ["kind", "name", "a_ms", "b_ms", "delta_ms", "ci_low", "ci_high", "change_pct"]
+    if shown.empty:
+        return head + f"\nno change: all {len(df)} items took the same time per step in A and B"
     return head + "\n" + shown[cols].to_string(index=False, na_rep="-")

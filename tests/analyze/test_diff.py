@@ -91,6 +91,8 @@ def test_kineto_traces_with_unnamed_kernels(tmp_path: Path) -> None:
     table, _, _ = diff.diff(a, b)
     assert ("collective", "other") in set(zip(table["kind"], table["name"], strict=True))
     assert (table["delta_ms"] == 0).all()  # the same trace on both sides
+    assert diff.text(table, diff.side(a), diff.side(b)).endswith(
+        f"no change: all {len(table)} items took the same time per step in A and B")
 
 
 def test_a_long_run_summed_a_few_steps_at_a_time_gives_the_same_table(tmp_path: Path,
