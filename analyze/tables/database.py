@@ -706,8 +706,14 @@ def built(run: Path | str, read: Callable[[duckdb.DuckDBPyConnection], T], **bui
     out: list[T] = []
     paths = build(run, then=lambda con: out.append(read(con)), **build_options)
     if not out:
-        with duckdb.connect(str(paths.db), read_only=True, config=read_config()) as con:
-            out.append(read(con))
+        config = read_config()
+        with duckdb.connect(str(paths.db), read_only=True, config=config) as con:
+            try:
+                out.append(read(con))
+            except duckdb.OutOfMemoryException as e:
+                raise AnalyzeError(f"reading {paths.db} ran out of memory ({str(e).splitlines()[0]}); raise "
+                                   f"DLTRACE_BUILD_MEMORY (now {config.get('memory_limit', 'default')}, e.g. 4GB) "
+                                   "or free disk space beside the database for DuckDB's spill files") from None
     return paths, out[0]
 
 

@@ -82,6 +82,14 @@ def test_build_memory_cap_errors_are_clean(tmp_path: Path, memory: str, words: l
     assert ok.returncode == 0, ok.stderr
 
 
+def test_a_verb_reading_a_built_run_under_the_cap_says_what_to_raise(tmp_path: Path) -> None:
+    run = small_run(tmp_path / "run")
+    assert cli("phases", str(run)).returncode == 0
+    assert_clean_error(cli("patterns", str(run), env={"DLTRACE_BUILD_MEMORY": "1MB"}),
+                       f"reading {run / 'trace.duckdb'} ran out of memory", "raise DLTRACE_BUILD_MEMORY (now 1MB")
+    assert cli("patterns", str(run)).returncode == 0  # the database is as it was
+
+
 def test_rebuild_is_idempotent_and_force_rebuilds(tmp_path: Path) -> None:
     run = small_run(tmp_path / "run")
     first = cli("phases", str(run))
