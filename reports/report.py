@@ -156,15 +156,3 @@ def write(pages: list[Page], out: Path, png: bool = False) -> list[Path]:
     finally:
         tmp.unlink(missing_ok=True)
     return pngs
-
-
-def parse_steps(text: str) -> tuple[int, int]:
-    """``A:B`` -> (A, B): steps A to B-1, like a Python slice; ``A`` alone is step A."""
-    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
-    if not m:
-        raise AnalyzeError(f"--steps {text!r}: expected A:B (steps A to B-1) or a single step A")
-    a = int(m.group(1))
-    b = int(m.group(2)) if m.group(2) is not None else a + 1
-    if b <= a:
-        raise AnalyzeError(f"--steps {text!r}: B must be larger than A (A:B shows steps A to B-1)")
-    return a, b

@@ -23,6 +23,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", type=Path, metavar="PATH",
                    help="FILE.json[.gz] for one file, or a directory for one file per rank "
                    "(default: <run name>.chrome.json.gz in the current directory)")
+    p.add_argument("--steps", metavar="A:B",
+                   help="only steps A to B-1 and what overlaps them (a long run is more than Perfetto's UI loads)")
     p.add_argument("--db", type=Path, help="database file (default RUN/trace.duckdb)")
     p.set_defaults(command=run)
 
@@ -30,9 +32,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(ns: argparse.Namespace) -> int:
     from analyze.export import chrome
     from analyze.tables import database
+    from analyze.tables.steps import parse_steps
 
+    steps = parse_steps(ns.steps) if ns.steps else None
     out = ns.output or Path(f"{database.resolve(ns.run, ns.db).name}.chrome.json.gz")
-    paths, written = database.built(ns.run, lambda con: chrome.export(con, out), db=ns.db)
+    paths, written = database.built(ns.run, lambda con: chrome.export(con, out, steps), db=ns.db)
     n = len(written)
     what = display(written[0]) if chrome.is_merged(out) else f"{n} file{'s' if n != 1 else ''} in {display(out)}"
     print(f"written: {what}")

@@ -34,7 +34,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(ns: argparse.Namespace) -> int:
     # The only verb that reaches into ``reports``: plotnine loads only for reports.
-    from reports.report import build_report, parse_steps
+    from analyze.tables.steps import parse_steps
+    from reports.report import build_report
 
     steps = parse_steps(ns.steps) if ns.steps else None
     report = build_report(ns.runs, ns.output, steps=steps, png=ns.png, force=ns.force,

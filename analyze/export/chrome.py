@@ -28,6 +28,7 @@ import json
 import re
 from collections import Counter, defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,19 +51,51 @@ def is_merged(out: Path) -> bool:
     return chrome.is_trace_file(Path(out))
 
 
-def export(con: duckdb.DuckDBPyConnection, out: Path) -> list[Path]:
-    """Write the run behind ``con`` to ``out`` (see the module docstring); the files written."""
+ALL = (-(2**63), 2**63 - 1)  # no window: every instant, every step
+
+
+def export(con: duckdb.DuckDBPyConnection, out: Path, steps: tuple[int, int] | None = None) -> list[Path]:
+    """Write the run behind ``con`` to ``out`` (see the module docstring); the files written.
+    ``steps`` (A, B): only steps A to B-1, and what overlaps their time (intervals whole,
+    counters and flows inside it; an imported Kineto trace's other events whole)."""
     out = Path(out)
+    window = _window(con, steps)
     if is_merged(out):
         out.parent.mkdir(parents=True, exist_ok=True)
-        header, events = merged(con)
+        header, events = merged(con, window)
         return [chrome.dump(out, header, events)]
     if out.exists() and not out.is_dir():
         raise AnalyzeError(f"{out} exists and is not a directory; name a .json.gz file for one merged "
                            "file, or a directory for one file per rank")
     out.mkdir(parents=True, exist_ok=True)
     return [chrome.dump(out / f"rank-{rank}.pt.trace.json.gz", header, events)
-            for rank, header, events in per_rank(con)]
+            for rank, header, events in per_rank(con, window)]
+
+
+@dataclass(frozen=True)
+class Window:
+    """What an export covers: steps ``a`` to ``b - 1`` and the instants ``t0`` to ``t1`` (ns)."""
+
+    a: int = ALL[0]
+    b: int = ALL[1]
+    t0: int = ALL[0]
+    t1: int = ALL[1]
+
+    def params(self, *names: str, **more: Any) -> dict[str, Any]:
+        """Named parameters of a query: ``names`` of this window's fields, and ``more``."""
+        return {**{n: getattr(self, n) for n in names}, **more}
+
+
+def _window(con: duckdb.DuckDBPyConnection, steps: tuple[int, int] | None) -> Window:
+    if steps is None:
+        return Window()
+    a, b = steps
+    t0, t1 = con.execute("SELECT min(start_ns), max(end_ns) FROM steps WHERE step >= $a AND step < $b",
+                         {"a": a, "b": b}).fetchone() or (None, None)
+    if t0 is None:
+        first, last = con.execute("SELECT min(step), max(step) FROM steps").fetchone() or (None, None)
+        raise AnalyzeError(f"the run has no steps {a}:{b} (it has steps {first}-{last}); choose others with --steps A:B")
+    return Window(a, b, int(t0), int(t1))
 
 
 # -- what the tables hold --------------------------------------------------------------
@@ -82,8 +115,9 @@ def _locations(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     """).df().to_dict("records")
 
 
-def _intervals(con: duckdb.DuckDBPyConnection, rank: int) -> Iterator[dict[str, Any]]:
-    """The rank's intervals in (location, idx) order, with what an event needs."""
+def _intervals(con: duckdb.DuckDBPyConnection, rank: int, window: Window) -> Iterator[dict[str, Any]]:
+    """The rank's intervals overlapping the window in (location, idx) order, with what an
+    event needs."""
     cur = con.execute("""
         WITH c AS (
             SELECT c.location_id, c.interval_idx, any_value(c.op) AS op, any_value(c.bytes) AS bytes,
@@ -101,8 +135,8 @@ def _intervals(con: duckdb.DuckDBPyConnection, rank: int) -> Iterator[dict[str, 
         LEFT JOIN chrome_events e ON e.location_id = i.location_id AND e.idx = i.idx
         LEFT JOIN c ON c.location_id = i.location_id AND c.interval_idx = i.idx
         LEFT JOIN correlations k ON k.location_id = i.location_id AND k.idx = i.idx
-        WHERE i.rank = $r ORDER BY i.location_id, i.idx
-    """, {"r": rank})
+        WHERE i.rank = $r AND i.end_ns >= $t0 AND i.start_ns <= $t1 ORDER BY i.location_id, i.idx
+    """, window.params("t0", "t1", r=rank))
     names = [d[0] for d in cur.description]
     while rows := cur.fetchmany(50_000):
         for row in rows:
@@ -133,12 +167,14 @@ def _dltrace_args(row: dict[str, Any]) -> dict[str, Any] | None:
     return {k: (int(row[k]) if isinstance(row[k], int | float) and k != "op" else row[k]) for k in keys}
 
 
-def _step_args(con: duckdb.DuckDBPyConnection) -> dict[tuple[int, int], dict[str, Any]]:
+def _step_args(con: duckdb.DuckDBPyConnection, window: Window) -> dict[tuple[int, int], dict[str, Any]]:
     out: dict[tuple[int, int], dict[str, Any]] = defaultdict(dict)
-    for rank, step, phase, ns in con.execute("SELECT rank, step, phase, duration_ns FROM phases").fetchall():
+    for rank, step, phase, ns in con.execute("""SELECT rank, step, phase, duration_ns FROM phases
+                                                WHERE step >= $a AND step < $b""", window.params("a", "b")).fetchall():
         out[(rank, step)].setdefault("phases_ns", {})[phase] = int(ns)
     for rank, step, phase, ns in con.execute("""
-            SELECT rank, step, phase, sum(duration_ns) FROM device_phases GROUP BY ALL""").fetchall():
+            SELECT rank, step, phase, sum(duration_ns) FROM device_phases WHERE step >= $a AND step < $b
+            GROUP BY ALL""", window.params("a", "b")).fetchall():
         out[(rank, step)].setdefault("device_phases_ns", {})[phase] = int(ns)
     return out
 
@@ -163,14 +199,15 @@ def _series_names(con: duckdb.DuckDBPyConnection) -> dict[tuple[int, int, int], 
     return names
 
 
-def _counters(con: duckdb.DuckDBPyConnection, origin: int, base: int) -> list[dict[str, Any]]:
+def _counters(con: duckdb.DuckDBPyConnection, origin: int, base: int, window: Window) -> list[dict[str, Any]]:
     """Every metric sample as a counter event (``ph`` C) of its rank's process, one counter per
     channel and recording location; and each energy or power series' mean power between two
     samples (the ``power`` table) as a counter ``<name> (power, W)``, set at the earlier sample."""
     names = _series_names(con)
     out: list[dict[str, Any]] = []
     cur = con.execute("""SELECT rank, channel_id, location_id, time_ns, value FROM metrics
-                         WHERE rank IS NOT NULL AND value IS NOT NULL ORDER BY rank, channel_id, location_id, time_ns""")
+                         WHERE rank IS NOT NULL AND value IS NOT NULL AND time_ns BETWEEN $t0 AND $t1
+                         ORDER BY rank, channel_id, location_id, time_ns""", window.params("t0", "t1"))
     while rows := cur.fetchmany(50_000):
         for rank, ch, loc, t, value in rows:
             out.append({"ph": "C", "cat": "dltrace.metric", "name": names[(rank, ch, loc)], "pid": rank,
@@ -178,7 +215,8 @@ def _counters(con: duckdb.DuckDBPyConnection, origin: int, base: int) -> list[di
     cur = con.execute("""
         SELECT l.rank, p.channel_id, p.location_id, p.start_ns, p.power_w
         FROM power p JOIN locations l USING (location_id)
-        WHERE l.rank IS NOT NULL AND p.power_w IS NOT NULL ORDER BY ALL""")
+        WHERE l.rank IS NOT NULL AND p.power_w IS NOT NULL AND p.start_ns BETWEEN $t0 AND $t1
+        ORDER BY ALL""", window.params("t0", "t1"))
     while rows := cur.fetchmany(50_000):
         for rank, ch, loc, t, watts in rows:
             name = names.get((rank, ch, loc))
@@ -189,18 +227,21 @@ def _counters(con: duckdb.DuckDBPyConnection, origin: int, base: int) -> list[di
 
 
 # -- merged: one file, one process per rank --------------------------------------------
-def merged(con: duckdb.DuckDBPyConnection) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
+def merged(con: duckdb.DuckDBPyConnection, window: Window | None = None
+           ) -> tuple[dict[str, Any], Iterator[dict[str, Any]]]:
     """(header, events) of the merged file; the events come as they are read (consume them
     while ``con`` is open)."""
+    window = window or Window()
     origin = _origin(con)
     base = origin - origin % 1000
     run_name, ranks_n = con.execute("SELECT run_name, ranks FROM runs").fetchone()  # type: ignore[misc]
     header = {"displayTimeUnit": "ms", "baseTimeNanoseconds": base,
               "otherData": {"exported_by": "dltrace analyze export", "run": run_name, "ranks": ranks_n}}
-    return header, _merged_events(con, origin, base)
+    return header, _merged_events(con, origin, base, window)
 
 
-def _merged_events(con: duckdb.DuckDBPyConnection, origin: int, base: int) -> Iterator[dict[str, Any]]:
+def _merged_events(con: duckdb.DuckDBPyConnection, origin: int, base: int, window: Window
+                   ) -> Iterator[dict[str, Any]]:
     events: list[dict[str, Any]] = []  # the metadata, then each rank's slices as they are read
     locations = _locations(con)
     tid_of = {loc["location_id"]: (loc["rank"], int(loc["thread"])) for loc in locations}
@@ -218,7 +259,7 @@ def _merged_events(con: duckdb.DuckDBPyConnection, origin: int, base: int) -> It
     kinds = {loc["location_id"]: loc["kind"] for loc in locations}
     yield from events
     for rank in sorted(steps_tid):
-        for row in _intervals(con, rank):
+        for row in _intervals(con, rank, window):
             args = json.loads(row["args"]) if row["args"] is not None else None
             extra = _dltrace_args(row)
             if extra is not None:
@@ -226,24 +267,25 @@ def _merged_events(con: duckdb.DuckDBPyConnection, origin: int, base: int) -> It
             s = Slice(rank, tid_of[row["location_id"]][1], str(row["name"]), _cat(row, kinds[row["location_id"]]),
                       origin + int(row["start_ns"]), origin + int(row["end_ns"]), args)
             yield chrome.slice_event(s, base)
-    step_args = _step_args(con)
+    step_args = _step_args(con, window)
     for rank, tid in steps_tid.items():
         yield _meta("thread_name", rank, tid, name="steps")
         yield _meta("thread_sort_index", rank, tid, sort_index=-1)
     for rank, step, start, end, source in con.execute(
-            "SELECT rank, step, start_ns, end_ns, source FROM steps ORDER BY rank, step").fetchall():
+            "SELECT rank, step, start_ns, end_ns, source FROM steps WHERE step >= $a AND step < $b ORDER BY rank, step",
+            window.params("a", "b")).fetchall():
         if rank in steps_tid:
             args = {"source": source, **step_args.get((rank, step), {})}
             yield chrome.slice_event(Slice(rank, steps_tid[rank], f"step {step}", "dltrace.step",
                                            origin + start, origin + end, args), base)
     for n, (rank, lloc, lstart, dloc, dstart) in enumerate(con.execute("""
             SELECT rank, launch_location_id, launch_start_ns, location_id, start_ns FROM correlations
-            ORDER BY rank, start_ns""").fetchall()):
+            WHERE start_ns BETWEEN $t0 AND $t1 ORDER BY rank, start_ns""", window.params("t0", "t1")).fetchall()):
         yield {"ph": "s", "id": n, "cat": "ac2g", "name": "ac2g", "pid": rank, "tid": tid_of[lloc][1],
                "ts": chrome.us(origin + lstart - base)}
         yield {"ph": "f", "id": n, "cat": "ac2g", "name": "ac2g", "bp": "e", "pid": rank,
                "tid": tid_of[dloc][1], "ts": chrome.us(origin + dstart - base)}
-    yield from _counters(con, origin, base)
+    yield from _counters(con, origin, base, window)
 
 
 def _meta(event: str, pid: Any, tid: Any, **args: Any) -> dict[str, Any]:
@@ -251,9 +293,11 @@ def _meta(event: str, pid: Any, tid: Any, **args: Any) -> dict[str, Any]:
 
 
 # -- per rank: Kineto's layout ---------------------------------------------------------
-def per_rank(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[int, dict[str, Any], Iterator[dict[str, Any]]]]:
+def per_rank(con: duckdb.DuckDBPyConnection, window: Window | None = None
+             ) -> Iterator[tuple[int, dict[str, Any], Iterator[dict[str, Any]]]]:
     """(rank, header, events) per rank, in Kineto's layout (see the module docstring); each
     rank's events come as they are read (consume them before the next rank's)."""
+    window = window or Window()
     origin = _origin(con)
     files = {int(r): (int(b), json.loads(h), json.loads(o)) for r, b, h, o in con.execute(
         "SELECT rank, base_time_ns, header, other_events FROM chrome_files").fetchall()}
@@ -272,13 +316,13 @@ def per_rank(con: duckdb.DuckDBPyConnection) -> Iterator[tuple[int, dict[str, An
             header = {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": world},
                       "displayTimeUnit": "ms", "baseTimeNanoseconds": base}
             events = _synthesized_meta(rank, locs, track)
-            events += _flows(con, rank, track, origin, base)
-        yield rank, header, itertools.chain(events, _rank_slices(con, rank, track, kinds, origin, base))
+            events += _flows(con, rank, track, origin, base, window)
+        yield rank, header, itertools.chain(events, _rank_slices(con, rank, track, kinds, origin, base, window))
 
 
 def _rank_slices(con: duckdb.DuckDBPyConnection, rank: int, track: dict[int, tuple[Any, Any]],
-                 kinds: dict[int, str], origin: int, base: int) -> Iterator[dict[str, Any]]:
-    for row in _intervals(con, rank):
+                 kinds: dict[int, str], origin: int, base: int, window: Window) -> Iterator[dict[str, Any]]:
+    for row in _intervals(con, rank, window):
         loc = row["location_id"]
         pid, tid = track[loc]
         if row["args"] is not None or row["cat"] is not None:
@@ -315,11 +359,12 @@ def _synthesized_meta(rank: int, locs: list[dict[str, Any]], track: dict[int, tu
 
 
 def _flows(con: duckdb.DuckDBPyConnection, rank: int, track: dict[int, tuple[Any, Any]], origin: int,
-           base: int) -> list[dict[str, Any]]:
+           base: int, window: Window) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for cid, lloc, lstart, dloc, dstart in con.execute("""
             SELECT correlation, launch_location_id, launch_start_ns, location_id, start_ns
-            FROM correlations WHERE rank = $r ORDER BY start_ns""", {"r": rank}).fetchall():
+            FROM correlations WHERE rank = $r AND start_ns BETWEEN $t0 AND $t1 ORDER BY start_ns""",
+            window.params("t0", "t1", r=rank)).fetchall():
         for ph, loc, t in (("s", lloc, lstart), ("f", dloc, dstart)):
             pid, tid = track[loc]
             e = {"ph": ph, "id": cid, "pid": pid, "tid": tid, "ts": chrome.us(origin + t - base),

@@ -9,10 +9,12 @@ each candidate on every rank first), so that all ranks' steps come from the same
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import duckdb
 
+from analyze.errors import AnalyzeError
 from analyze.schema import Category
 
 SOURCES = ("marker", "region", "whole_run")
@@ -96,3 +98,15 @@ def step_bins(con: duckdb.DuckDBPyConnection, most: int = MAX_STEP_BARS) -> Step
     if first is None:
         return StepBins(0, 0, 1)
     return StepBins(int(first), int(last), max(1, -(-(int(last) - int(first) + 1) // most)))
+
+
+def parse_steps(text: str) -> tuple[int, int]:
+    """``A:B`` -> (A, B): steps A to B-1, like a Python slice; ``A`` alone is step A."""
+    m = re.fullmatch(r"\s*(\d+)\s*(?::\s*(\d+)\s*)?", text)
+    if not m:
+        raise AnalyzeError(f"--steps {text!r}: expected A:B (steps A to B-1) or a single step A")
+    a = int(m.group(1))
+    b = int(m.group(2)) if m.group(2) is not None else a + 1
+    if b <= a:
+        raise AnalyzeError(f"--steps {text!r}: B must be larger than A (A:B shows steps A to B-1)")
+    return a, b

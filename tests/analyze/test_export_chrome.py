@@ -245,3 +245,26 @@ def test_export_of_a_two_rank_ddp_run(ddp_run: Run, tmp_path: Path) -> None:
     expected = con.execute("SELECT count(*), sum(bytes) FROM collectives WHERE op = 'allreduce'").fetchone()
     assert (len(buckets), sum(e["args"]["dltrace"]["bytes"] for e in buckets)) == expected
     assert all(e["args"]["dltrace"]["wait_ns"] >= 0 for e in buckets)
+
+
+def test_a_window_of_steps_holds_what_overlaps_them(tmp_path: Path) -> None:
+    from bench import synth
+
+    run, _ = synth.write(10_000, tmp_path / "run")  # 45 steps of 2 ranks
+    full = json.loads(gzip.decompress(export.export(analyze.open(run), tmp_path / "all.json.gz")[0].read_bytes()))
+    cli = subprocess.run([sys.executable, "-m", "analyze.cli", "export", str(run), "--steps", "10:12",
+                          "-o", str(tmp_path / "w.json.gz")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert cli.returncode == 0, cli.stderr
+    part = json.loads(gzip.decompress((tmp_path / "w.json.gz").read_bytes()))
+    steps = [e for e in part["traceEvents"] if e.get("cat") == "dltrace.step"]
+    assert sorted((e["pid"], e["name"]) for e in steps) == [(r, f"step {s}") for r in (0, 1) for s in (10, 11)]
+    t0 = min(e["ts"] for e in steps)
+    t1 = max(e["ts"] + e["dur"] for e in steps)
+    # every slice of the full export that overlaps the two steps, and nothing else
+    want = [e for e in full["traceEvents"] if e.get("ph") == "X" and e["ts"] <= t1 and e["ts"] + e["dur"] >= t0]
+    got = [e for e in part["traceEvents"] if e.get("ph") == "X"]
+    key = json.dumps
+    assert sorted(map(key, got)) == sorted(map(key, want)) and 0 < len(got) < len(full["traceEvents"]) / 10
+    bad = subprocess.run([sys.executable, "-m", "analyze.cli", "export", str(run), "--steps", "50:60"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert bad.returncode != 0 and "has no steps 50:60 (it has steps 0-44)" in bad.stderr
