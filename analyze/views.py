@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from analyze.tables.phases import PHASES, segments, sweep_intervals
-from analyze.tables.steps import StepBins
+from analyze.tables.steps import RankGroups, StepBins
 
 NS_PER_MS = 1e6
 
@@ -49,16 +49,20 @@ def run_label(con: duckdb.DuckDBPyConnection) -> RunLabel:
     return RunLabel(name, framework, int(ranks), json.loads(params) if params else {})
 
 
-def step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> pd.DataFrame:
-    """rank, step, phase, ms: every step of every rank (with ``bins``, every bin's mean step)."""
-    if bins is None or bins.per == 1:
+def step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
+                groups: RankGroups | None = None) -> pd.DataFrame:
+    """rank, step, phase, ms: every step of every rank (with ``bins``, every bin's mean step;
+    with ``groups``, ``rank`` is a group's first rank and ms the mean over its ranks)."""
+    bins, groups = bins or StepBins(0, 0, 1), groups or RankGroups(1, 0)
+    if bins.per == 1 and groups.per == 1:
         return con.execute("""
             SELECT rank, step, phase, duration_ns / 1e6 AS ms FROM phases ORDER BY rank, step, phase
         """).df()
     return con.execute(f"""
-        SELECT rank, b AS step, phase, sum(duration_ns) / 1e6 / {bins.width('b')} AS ms
-        FROM (SELECT rank, {bins.start()} AS b, phase, duration_ns FROM phases)
-        GROUP BY rank, b, phase ORDER BY rank, step, phase
+        WITH p AS (SELECT {groups.start()} AS g, {bins.start()} AS b, rank, phase, duration_ns FROM phases),
+        n AS (SELECT g, count(DISTINCT rank) AS n FROM p GROUP BY g)
+        SELECT g AS rank, b AS step, phase, sum(duration_ns) / 1e6 / {bins.width('b')} / any_value(n.n) AS ms
+        FROM p JOIN n USING (g) GROUP BY g, b, phase ORDER BY rank, step, phase
     """).df()
 
 
@@ -294,19 +298,23 @@ def collective_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     """).df()
 
 
-def waits_summary(con: duckdb.DuckDBPyConnection, points: int) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def waits_summary(con: duckdb.DuckDBPyConnection, points: int, groups: RankGroups | None = None
+                  ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """What the waits figure draws, summed by DuckDB over every instance (a long run has
     millions): (points, boxes, stragglers). ``points``: the rows of :func:`collective_waits`
     for at most ``points`` instances of each op, a fixed sample (by a hash of communicator,
     sequence and rank); ``boxes``: op, rank, n, lower, middle, upper (quartiles, interpolated
     as numpy's percentiles), ymin, ymax (Tukey's whiskers: the most extreme waits within 1.5
-    IQR of the box); ``stragglers``: as :func:`stragglers`."""
-    c = """
-        SELECT coalesce(op, 'unknown') AS op, rank, comm_id, seq, wait_ns / 1e6 AS wait_ms,
-               transfer_ns / 1e6 AS transfer_ms,
-               enter_ns = max(enter_ns) OVER (PARTITION BY comm_id, seq)
-                   AND count(*) OVER (PARTITION BY comm_id, seq) > 1 AS arrived_last
-        FROM collectives"""
+    IQR of the box); ``stragglers``: as :func:`stragglers`. With ``groups``, ``rank`` is a
+    group's first rank: boxes over its ranks' instances, times last summed over them."""
+    groups = groups or RankGroups(1, 0)
+    c = f"""
+        SELECT op, {groups.start()} AS rank, comm_id, seq, wait_ms, transfer_ms, arrived_last FROM (
+            SELECT coalesce(op, 'unknown') AS op, rank, comm_id, seq, wait_ns / 1e6 AS wait_ms,
+                   transfer_ns / 1e6 AS transfer_ms,
+                   enter_ns = max(enter_ns) OVER (PARTITION BY comm_id, seq)
+                       AND count(*) OVER (PARTITION BY comm_id, seq) > 1 AS arrived_last
+            FROM collectives)"""
     sample = con.execute(f"""
         SELECT op, rank, comm_id, seq, wait_ms, transfer_ms, arrived_last FROM ({c})
         QUALIFY row_number() OVER (PARTITION BY op ORDER BY hash(comm_id, seq, rank), comm_id, seq, rank) <= $n

@@ -31,7 +31,7 @@ from plotnine import (
 )
 
 from analyze.tables.causes import views as cause_views
-from analyze.tables.steps import StepBins, step_bins
+from analyze.tables.steps import RankGroups, StepBins, rank_groups, step_bins
 from analyze.views import RunLabel
 from reports import steps as per_bar
 from reports.page import Page
@@ -66,28 +66,34 @@ def _facet_height(panels: int, cols: int) -> float:
     return min(9.0, HEIGHT_IN + 1.6 * (-(-panels // cols) - 1))
 
 
-def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel, per: int | None = None) -> ggplot:
+def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel, per: int | None = None,
+            groups: RankGroups | None = None) -> ggplot:
     """Per rank, each step's communication split into the part compute hid and the exposed
     part. ``steps``: rank, step, part (hidden, exposed), ms; ``summary``: rank, kind, overlap
     (the overlap_summary table), for the subtitle."""
     df, per = per_bar.prepared(steps, ["rank", "part"], ["ms"], per)
     df = df.assign(part=pd.Categorical(df["part"], categories=["exposed", "hidden"]))
     ratios = summary[summary["kind"] == "all"]
-    said = ", ".join(f"rank {r}: {100 * v:.0f}%" for r, v in zip(ratios["rank"], ratios["overlap"], strict=True)
-                     if pd.notna(v))
+    groups = groups or RankGroups(1, 0)  # with groups, "rank" is a group's first rank
+    shares = ratios["overlap"].dropna()
+    if len(shares) > 4:  # a sentence per rank would not fit
+        said = f"\n{100 * shares.min():.0f}-{100 * shares.max():.0f}% by rank (median {100 * shares.median():.0f}%)"
+    else:
+        said = ", ".join(f"rank {r}: {100 * v:.0f}%" for r, v in zip(ratios["rank"], ratios["overlap"], strict=True)
+                         if pd.notna(v))
     n = df["rank"].nunique()
     cols = min(4, n)
     return (
         ggplot(df, aes("step", "ms", fill="part"))
         + geom_col(width=per_bar.width(per))
-        + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)  # type: ignore[arg-type]
+        + facet_wrap("rank", labeller=lambda r: groups.label(int(r)), ncol=cols)  # type: ignore[arg-type]
         + _step_axis(df["step"])
         + scale_fill_manual(values={"hidden": PHASE_COLORS["compute"], "exposed": PHASE_COLORS["allreduce"]},
                             breaks=["hidden", "exposed"],
                             labels=["hidden under compute", "exposed (communication, idle)"])
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle="communication per step, all lanes"
-               + (f"; hidden over the run: {said}" if said else "") + per_bar.note(per), x="step",
+               + (f"; hidden over the run: {said}" if said else "") + per_bar.note(per) + groups.note(), x="step",
                y="communication [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, _facet_height(n, cols)))
@@ -180,15 +186,16 @@ def diff_plot(table: pd.DataFrame, a: str, b: str, top: int = 15) -> ggplot:
     )
 
 
-def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: StepBins | None = None) -> list[Page]:
+def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: StepBins | None = None,
+              groups: RankGroups | None = None) -> list[Page]:
     """The pages a run has data for: overlap (it communicates), root causes (some rank was
     idle), critical path (more than one rank). ``bins``: the run's steps binned in SQL for
     the per-step bars (:func:`analyze.tables.steps.step_bins`)."""
-    bins = bins or step_bins(con)
+    bins, groups = bins or step_bins(con), groups or rank_groups(con)
     pages = []
-    steps = cause_views.overlap_steps(con, bins)
+    steps = cause_views.overlap_steps(con, bins, groups)
     if steps["ms"].sum() > 0:
-        pages.append(Page(f"{tag}-overlap", overlap(steps, cause_views.overlap_summary(con), label, bins.per)))
+        pages.append(Page(f"{tag}-overlap", overlap(steps, cause_views.overlap_summary(con), label, bins.per, groups)))
     per_step = cause_views.cause_steps(con, bins=bins)
     if len(per_step) and per_step["ms"].sum() > 0:
         pages.append(Page(f"{tag}-causes", root_causes(per_step, cause_views.delay_lines(con, 2), label, bins.per)))

@@ -28,6 +28,7 @@ from plotnine import (
     theme,
 )
 
+from analyze.tables.steps import RankGroups
 from analyze.views import RunLabel, Timeline
 from reports import steps as per_bar
 from reports.theme import (
@@ -129,9 +130,12 @@ def timeline(tl: Timeline, label: RunLabel) -> ggplot:
     )
 
 
-def step_breakdown(steps: pd.DataFrame, label: RunLabel, per: int | None = None) -> ggplot:
+def step_breakdown(steps: pd.DataFrame, label: RunLabel, per: int | None = None,
+                   groups: RankGroups | None = None) -> ggplot:
     """Per rank, each step's time stacked by phase: warm-up, drift and stragglers show up.
-    ``per``: ``steps`` is binned already, by so many steps (reports/steps.py)."""
+    ``per``: ``steps`` is binned already, by so many steps (reports/steps.py); ``groups``: its
+    ranks are groups of ranks (a panel each)."""
+    groups = groups or RankGroups(1, 0)
     df, per = per_bar.prepared(steps, ["rank", "phase"], ["ms"], per)
     df = df.assign(phase=pd.Categorical(df["phase"], categories=PHASE_ORDER[::-1]))
     n_ranks = df["rank"].nunique()
@@ -140,11 +144,12 @@ def step_breakdown(steps: pd.DataFrame, label: RunLabel, per: int | None = None)
     return (
         ggplot(df, aes("step", "ms", fill="phase"))  # type: ignore[operator]
         + geom_col(width=per_bar.width(per))
-        + facet_wrap("rank", labeller=lambda r: f"rank {r}", ncol=cols)  # type: ignore[arg-type]
+        + facet_wrap("rank", labeller=lambda r: groups.label(int(r)), ncol=cols)  # type: ignore[arg-type]
         + (per_bar.axis() if per > 1 else scale_x_continuous())
         + phase_fill(present_phases(df["phase"], df["ms"]))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
-        + labs(title=label.title(), subtitle="time per step by phase; step 0 is usually warm-up" + per_bar.note(per),
+        + labs(title=label.title(), subtitle="time per step by phase; step 0 is usually warm-up" + per_bar.note(per)
+               + groups.note(),
                x="step", y="time [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, min(9.0, HEIGHT_IN + 1.6 * (rows - 1))))
@@ -181,6 +186,7 @@ def bottleneck(runs: pd.DataFrame) -> ggplot:
 
 
 MAX_POINTS = 2000  # points of each op in the waits figure (the boxes use every instance)
+MAX_BOXES = 8  # boxes of each op side by side before consecutive ranks share one
 
 
 def _boxes(waits: pd.DataFrame) -> pd.DataFrame:
@@ -201,14 +207,16 @@ def _boxes(waits: pd.DataFrame) -> pd.DataFrame:
 
 
 def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLabel,
-                     boxes: pd.DataFrame | None = None) -> ggplot:
+                     boxes: pd.DataFrame | None = None, groups: RankGroups | None = None) -> ggplot:
     """Per collective op and rank: the wait before each collective instance (box and points,
     the rank everyone waited for in vermillion), and how often each rank arrived last.
 
     ``waits``: op, rank, wait_ms, arrived_last; ``stragglers``: op, rank, times_last, instances.
     """
+    groups = groups or RankGroups(1, 0)  # with groups, "rank" is a group's first rank
     ticks = pd.DataFrame({"op": stragglers["op"], "rank": stragglers["rank"],
-                          "x": [f"rank {r.rank}\nlast {r.times_last:,}/{r.instances:,}" for r in stragglers.itertuples()]})
+                          "x": [f"{groups.label(int(r.rank), short=True)}\nlast {r.times_last:,}/{r.instances:,}"
+                                for r in stragglers.itertuples()]})
 
     def with_x(df: pd.DataFrame) -> pd.DataFrame:
         out = df.merge(ticks, on=["op", "rank"], how="left")
@@ -238,7 +246,8 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
         + facet_wrap("op", scales="free", ncol=min(2, ops))
         + scale_color_manual(values={"arrived last": PHASE_COLORS["idle"], "waited": PHASE_COLORS["compute"]})
         + labs(title=label.title(),
-               subtitle="wait for the last rank, per instance; under x: times last" + sampled,
+               subtitle="wait for the last rank, per instance; under x: times last" + sampled
+               + (f"\neach box: the instances of {groups.per} consecutive ranks (under it)" if groups.per > 1 else ""),
                x=None, y="wait [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 1.4 * ((ops - 1) // 2)),

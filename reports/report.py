@@ -27,7 +27,7 @@ from analyze import views
 from analyze.errors import AnalyzeError
 from analyze.experiments import compare
 from analyze.tables import database
-from analyze.tables.steps import step_bins
+from analyze.tables.steps import rank_groups, step_bins
 from analyze.views import Timeline
 from reports import causes, energy, figures
 from reports.page import Page
@@ -62,12 +62,15 @@ def run_pages(con: duckdb.DuckDBPyConnection, index: int, steps: tuple[int, int]
             f"(it has steps {first}-{last}); choose others with --steps A:B"
         ) from None
     bins = step_bins(con)  # a long run's steps binned in SQL for the per-step bars
+    groups = rank_groups(con)  # and many ranks grouped for the per-rank panels and boxes
     pages = [Page(f"{tag}-timeline", figures.timeline(tl, label)),
-             Page(f"{tag}-steps", figures.step_breakdown(views.step_phases(con, bins), label, bins.per))]
-    waits, boxes, stragglers = views.waits_summary(con, figures.MAX_POINTS)
+             Page(f"{tag}-steps", figures.step_breakdown(views.step_phases(con, bins, groups), label, bins.per,
+                                                         groups))]
+    boxes_of = rank_groups(con, figures.MAX_BOXES)  # a box per rank or group of ranks, side by side
+    waits, boxes, stragglers = views.waits_summary(con, figures.MAX_POINTS, boxes_of)
     if len(waits):
-        pages.append(Page(f"{tag}-waits", figures.collective_waits(waits, stragglers, label, boxes)))
-    pages += causes.run_pages(con, tag, label, bins)
+        pages.append(Page(f"{tag}-waits", figures.collective_waits(waits, stragglers, label, boxes, boxes_of)))
+    pages += causes.run_pages(con, tag, label, bins, groups)
     pages += energy.run_pages(con, tag, label)  # power over time, where the trace has power
     return label, pages, tl
 

@@ -92,6 +92,40 @@ class StepBins:
         return "1" if self.per == 1 else f"least({self.per}, {self.last} - {start} + 1)"
 
 
+MAX_RANK_PANELS = 16  # panels of a per-rank figure before consecutive ranks are grouped
+
+
+@dataclass(frozen=True)
+class RankGroups:
+    """Consecutive ranks grouped for a per-rank figure, in SQL: groups of ``per`` ranks of
+    ``ranks``; a group's value is the mean over its ranks. ``per`` 1: every rank its own."""
+
+    per: int
+    ranks: int
+
+    def start(self, col: str = "rank") -> str:
+        """SQL: the first rank of ``col``'s group."""
+        return f"({col} // {self.per} * {self.per})"
+
+    def label(self, first: int, short: bool = False) -> str:
+        """The panel or axis name of the group starting at rank ``first`` (``short``: without
+        the word, for tick labels side by side)."""
+        last = min(first + self.per, self.ranks) - 1
+        if last <= first:
+            return f"rank {first}"
+        return f"{first}-{last}" if short else f"ranks {first}-{last}"
+
+    def note(self) -> str:
+        """What a figure's subtitle says of the groups ('' when a group is one rank)."""
+        return f"\neach panel: the mean of {self.per} consecutive ranks" if self.per > 1 else ""
+
+
+def rank_groups(con: duckdb.DuckDBPyConnection, most: int = MAX_RANK_PANELS) -> RankGroups:
+    """The groups of the run's ranks: one rank each while they fit in ``most`` panels."""
+    (ranks,) = con.execute("SELECT coalesce(max(rank) + 1, 0) FROM steps").fetchone() or (0,)
+    return RankGroups(max(1, -(-int(ranks) // most)), int(ranks))
+
+
 def step_bins(con: duckdb.DuckDBPyConnection, most: int = MAX_STEP_BARS) -> StepBins:
     """The bins of the run's steps: one step each while they fit in ``most`` bars."""
     first, last = con.execute("SELECT min(step), max(step) FROM steps").fetchone() or (None, None)

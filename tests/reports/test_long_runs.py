@@ -139,3 +139,41 @@ def test_the_waits_summed_in_sql_are_those_of_every_instance(fixture: str, tmp_p
     assert len(sample.merge(every, on=[*key, "wait_ms", "arrived_last"])) == len(sample)  # rows of the run
     assert views.waits_summary(db, 25)[0].equals(sample)  # the same sample each time
     drawn(figures.collective_waits(sample, counts, LABEL, boxes))
+
+
+def test_many_ranks_share_panels_and_boxes_as_means_of_their_ranks(tmp_path: Path) -> None:
+    import numpy as np
+
+    import analyze
+    from analyze.tables.causes import views as cause_views
+    from analyze.tables.steps import rank_groups
+    from bench import synth
+
+    run, _ = synth.write(40_000, tmp_path / "run", 40)
+    db = analyze.open(run)
+    groups = rank_groups(db)
+    assert (groups.per, groups.ranks, groups.label(39), groups.label(36, short=True)) == (3, 40, "rank 39", "36-38")
+
+    def by_group(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+        n = df.groupby(df["rank"] // 3)["rank"].transform("nunique")
+        out = df.assign(rank=df["rank"] // 3 * 3, ms=df["ms"] / n)
+        return out.groupby(["rank", *keys], as_index=False)["ms"].sum()
+
+    for sql, every, keys in ((views.step_phases(db, None, groups), views.step_phases(db), ["step", "phase"]),
+                             (cause_views.overlap_steps(db, None, groups), cause_views.overlap_steps(db), ["step", "part"])):
+        want = by_group(every, keys).sort_values(["rank", *keys]).reset_index(drop=True)
+        got = sql.sort_values(["rank", *keys]).reset_index(drop=True)[["rank", *keys, "ms"]]
+        pd.testing.assert_frame_equal(got, want, check_dtype=False, rtol=1e-9)
+    plot = drawn(figures.step_breakdown(views.step_phases(db, None, groups), LABEL, None, groups))
+    assert plot.layers[0].data["PANEL"].nunique() == 14 and "the mean of 3 consecutive ranks" in plot.labels.subtitle
+    # the waits: a box over each group's instances, its times last summed
+    every = views.collective_waits(db)
+    _, boxes, counts = views.waits_summary(db, 25, groups)
+    grouped = every.assign(rank=every["rank"] // 3 * 3)
+    pd.testing.assert_frame_equal(boxes.reset_index(drop=True), figures._boxes(grouped).reset_index(drop=True),
+                                  check_dtype=False, rtol=1e-9)
+    per_rank = views.stragglers(every)
+    want = per_rank.assign(rank=per_rank["rank"] // 3 * 3).groupby(["op", "rank"], as_index=False).agg(
+        times_last=("times_last", "sum"), instances=("instances", "first"))
+    pd.testing.assert_frame_equal(counts, want, check_dtype=False)
+    assert np.isclose(counts["times_last"].sum(), per_rank["times_last"].sum())

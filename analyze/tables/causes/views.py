@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 
 from analyze.schema import CauseKind, DevicePhase
-from analyze.tables.steps import StepBins
+from analyze.tables.steps import RankGroups, StepBins
 
 
 def step_ranges(steps: list[int], most: int = 4) -> str:
@@ -120,15 +120,19 @@ def path_contributions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 # --- frames for the report pages -------------------------------------------------------------
 
-def overlap_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> pd.DataFrame:
+def overlap_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
+                  groups: RankGroups | None = None) -> pd.DataFrame:
     """rank, step, part (hidden, exposed), ms: all communication of each step (with ``bins``,
-    of each bin's mean step)."""
-    bins = bins or StepBins(0, 0, 1)
+    of each bin's mean step; with ``groups``, ``rank`` is a group's first rank and ms the mean
+    over its ranks)."""
+    bins, groups = bins or StepBins(0, 0, 1), groups or RankGroups(1, 0)
+    per = f"{bins.width('b')} / any_value(n.n)"
     df = con.execute(f"""
-        SELECT rank, b AS step, sum(hidden_ns) / 1e6 / {bins.width('b')} AS hidden,
-               sum(exposed_ns) / 1e6 / {bins.width('b')} AS exposed
-        FROM (SELECT rank, {bins.start()} AS b, hidden_ns, exposed_ns FROM overlap WHERE kind = 'all')
-        GROUP BY rank, b ORDER BY rank, step
+        WITH o AS (SELECT {groups.start()} AS g, {bins.start()} AS b, rank, hidden_ns, exposed_ns
+                   FROM overlap WHERE kind = 'all'),
+        n AS (SELECT g, count(DISTINCT rank) AS n FROM o GROUP BY g)
+        SELECT g AS rank, b AS step, sum(hidden_ns) / 1e6 / {per} AS hidden, sum(exposed_ns) / 1e6 / {per} AS exposed
+        FROM o JOIN n USING (g) GROUP BY g, b ORDER BY rank, step
     """).df()
     return df.melt(id_vars=["rank", "step"], value_vars=["hidden", "exposed"], var_name="part",
                    value_name="ms")
