@@ -190,7 +190,9 @@ def welch_stats(ma: float, va: float, na: int, mb: float, vb: float, nb: int,
     if se2 == 0:
         return d, d, d
     dof = se2 ** 2 / (va ** 2 / (na - 1) + vb ** 2 / (nb - 1))
-    half = scaling.t_quantile(max(1, int(np.floor(dof))), confidence) * np.sqrt(se2)
+    # Welch-Satterthwaite's dof is a whole number for equal variances and counts; the sums'
+    # rounding (DuckDB adds in whatever order its threads finish) must not floor 12 to 11
+    half = scaling.t_quantile(max(1, int(np.floor(dof + 1e-9))), confidence) * np.sqrt(se2)
     return d, d - half, d + half
 
 
