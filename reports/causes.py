@@ -25,7 +25,6 @@ from plotnine import (
     labs,
     scale_color_manual,
     scale_fill_manual,
-    scale_x_continuous,
     scale_y_continuous,
     theme,
 )
@@ -48,18 +47,6 @@ def _palette(levels: list[str], other: str | None = None) -> dict[str, str]:
     if other is not None:
         out[other] = OTHER_COLOR
     return out
-
-
-def _step_axis(steps: pd.Series) -> scale_x_continuous:
-    """Whole step numbers on the x axis (every step while there are few)."""
-    values = sorted({int(v) for v in steps})
-    if len(values) <= 12:
-        return scale_x_continuous(breaks=values)
-    span = values[-1] - values[0] + 1
-    if span > 1000:  # the default breaks: round numbers, whole at this span
-        return per_bar.axis()
-    return scale_x_continuous(breaks=lambda lim: [v for v in range(int(lim[0]), int(lim[1]) + 1)
-                                                  if v % max(1, span // 8) == 0])
 
 
 def _facet_height(panels: int, cols: int) -> float:
@@ -87,7 +74,7 @@ def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel, per: in
         ggplot(df, aes("step", "ms", fill="part"))
         + geom_col(width=per_bar.width(per))
         + facet_wrap("rank", labeller=lambda r: groups.label(int(r)), ncol=cols)  # type: ignore[arg-type]
-        + _step_axis(df["step"])
+        + per_bar.axis(df["step"])
         + scale_fill_manual(values={"hidden": PHASE_COLORS["compute"], "exposed": PHASE_COLORS["allreduce"]},
                             breaks=["hidden", "exposed"],
                             labels=["hidden under compute", "exposed (communication, idle)"])
@@ -113,7 +100,7 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: 
         ggplot(per_step, aes("step", "ms", fill="cause"))
         + geom_col(width=per_bar.width(per))
         + scale_fill_manual(values=colors, breaks=causes)
-        + _step_axis(per_step["step"])
+        + per_bar.axis(per_step["step"])
         + guides(fill=guide_legend(ncol=2))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle="idle time per step by its cause: the late rank and the region\n"
@@ -146,7 +133,7 @@ def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, 
         + geom_col(width=per_bar.width(per))
         + geom_point(steps, aes("step", "balanced_ms"), inherit_aes=False, shape="D", size=1.8, color="black")
         + scale_fill_manual(values=_palette(levels, "other ranks" if grouped else None), breaks=levels)
-        + _step_axis(df["step"])
+        + per_bar.axis(df["step"])
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(),
                subtitle=f"critical path per step by the rank it runs on;\nblack: the step time "

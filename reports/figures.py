@@ -145,7 +145,7 @@ def step_breakdown(steps: pd.DataFrame, label: RunLabel, per: int | None = None,
         ggplot(df, aes("step", "ms", fill="phase"))  # type: ignore[operator]
         + geom_col(width=per_bar.width(per))
         + facet_wrap("rank", labeller=lambda r: groups.label(int(r)), ncol=cols)  # type: ignore[arg-type]
-        + (per_bar.axis() if per > 1 else scale_x_continuous())
+        + per_bar.axis(df["step"])
         + phase_fill(present_phases(df["phase"], df["ms"]))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle="time per step by phase; step 0 is usually warm-up" + per_bar.note(per)

@@ -4,8 +4,9 @@ A bar per step is what a run of tens or hundreds of steps needs. A run of 10^5 s
 draw millions of rectangles (a PDF no viewer opens, minutes to write), so consecutive steps
 are grouped into bins of ``per`` steps and each bar is the bin's mean per step, drawn at the
 bin's first step. The report bins in SQL (:class:`analyze.tables.steps.StepBins`) and hands
-the figures its bins with ``per``; a frame of every step is binned here the same way. Steps a frame has no row for (a step without idle time, a rank off the
-critical path) count as zero, so the means are over every step of the bin.
+the figures its bins with ``per``; a frame of every step is binned here the same way. Steps
+a frame has no row for (a step without idle time, a rank off the critical path) count as
+zero, so the means are over every step of the bin.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 import pandas as pd
 from plotnine import scale_x_continuous
 
-from analyze.tables.steps import MAX_STEP_BARS
+from analyze.tables.steps import MAX_STEP_BARS, per_bin
 
 MAX_BARS = MAX_STEP_BARS  # bars per panel before steps are binned (the views bin alike in SQL)
 
@@ -22,8 +23,7 @@ def steps_per_bar(steps: pd.Series, most: int = MAX_BARS) -> int:
     """How many consecutive steps one bar shows: 1 while the steps fit in ``most`` bars."""
     if steps.empty:
         return 1
-    span = int(steps.max()) - int(steps.min()) + 1
-    return max(1, -(-span // most))
+    return per_bin(int(steps.max()) - int(steps.min()) + 1, most)
 
 
 def binned(df: pd.DataFrame, keys: list[str], values: list[str], per: int,
@@ -62,9 +62,19 @@ def step_label(v: float) -> str:
     return f"{v:g}"
 
 
-def axis() -> scale_x_continuous:
-    """The step axis of a long run: plotnine's round breaks, labelled short."""
-    return scale_x_continuous(labels=lambda breaks: [step_label(float(b)) for b in breaks])
+def axis(steps: pd.Series) -> scale_x_continuous:
+    """The x axis of a per-step figure whose bars start at ``steps``: every step while there
+    are few; whole steps, about 8 of them, up to 1,000 steps; beyond, plotnine's round breaks
+    labelled short (250k). Never a half step."""
+    values = sorted({int(v) for v in steps})
+    if len(values) <= 12:
+        return scale_x_continuous(breaks=values)
+    span = values[-1] - values[0] + 1
+    if span > 1000:
+        return scale_x_continuous(labels=lambda breaks: [step_label(float(b)) for b in breaks])
+    every = max(1, span // 8)
+    return scale_x_continuous(breaks=lambda lim: [v for v in range(int(lim[0]), int(lim[1]) + 1)
+                                                  if v % every == 0])
 
 
 def prepared(df: pd.DataFrame, keys: list[str], values: list[str], per: int | None,
@@ -73,5 +83,5 @@ def prepared(df: pd.DataFrame, keys: list[str], values: list[str], per: int | No
     it is binned already by ``per`` steps (:class:`analyze.tables.steps.StepBins`)."""
     if per is not None:
         return df, per
-    per = steps_per_bar(df["step"]) if span is None else max(1, -(-(span[1] - span[0] + 1) // MAX_BARS))
+    per = steps_per_bar(df["step"] if span is None else pd.Series(span))
     return binned(df, keys, values, per, span), per

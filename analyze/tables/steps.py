@@ -120,10 +120,16 @@ class RankGroups:
         return f"\neach panel: the mean of {self.per} consecutive ranks" if self.per > 1 else ""
 
 
+def per_bin(count: int, most: int) -> int:
+    """How many consecutive items (steps, ranks) one bin holds so that ``count`` of them fit
+    in ``most`` bins: 1 while they fit."""
+    return max(1, -(-int(count) // most))
+
+
 def rank_groups(con: duckdb.DuckDBPyConnection, most: int = MAX_RANK_PANELS) -> RankGroups:
     """The groups of the run's ranks: one rank each while they fit in ``most`` panels."""
     (ranks,) = con.execute("SELECT coalesce(max(rank) + 1, 0) FROM steps").fetchone() or (0,)
-    return RankGroups(max(1, -(-int(ranks) // most)), int(ranks))
+    return RankGroups(per_bin(ranks, most), int(ranks))
 
 
 def step_bins(con: duckdb.DuckDBPyConnection, most: int = MAX_STEP_BARS) -> StepBins:
@@ -131,7 +137,7 @@ def step_bins(con: duckdb.DuckDBPyConnection, most: int = MAX_STEP_BARS) -> Step
     first, last = con.execute("SELECT min(step), max(step) FROM steps").fetchone() or (None, None)
     if first is None:
         return StepBins(0, 0, 1)
-    return StepBins(int(first), int(last), max(1, -(-(int(last) - int(first) + 1) // most)))
+    return StepBins(int(first), int(last), per_bin(int(last) - int(first) + 1, most))
 
 
 def parse_steps(text: str) -> tuple[int, int]:

@@ -177,3 +177,14 @@ def test_many_ranks_share_panels_and_boxes_as_means_of_their_ranks(tmp_path: Pat
         times_last=("times_last", "sum"), instances=("instances", "first"))
     pd.testing.assert_frame_equal(counts, want, check_dtype=False)
     assert np.isclose(counts["times_last"].sum(), per_rank["times_last"].sum())
+
+
+@pytest.mark.parametrize("n, first", [(3, 0), (12, 5), (40, 0), (900, 1)])
+def test_the_step_axis_marks_whole_steps_only(n: int, first: int) -> None:
+    steps = pd.DataFrame({"rank": 0, "step": np.arange(first, first + n), "phase": "compute", "ms": 1.0})
+    fig = figures.step_breakdown(steps, LABEL).draw()
+    ticks = [t for t in fig.axes[0].get_xticks() if first - 1 < t < first + n]
+    plt.close(fig)
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    if n <= 12:  # few steps: every one of them
+        assert [int(t) for t in ticks] == list(range(first, first + n))
