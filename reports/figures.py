@@ -49,30 +49,44 @@ def present_phases(phases: pd.Series, amounts: pd.Series | None = None) -> list[
     return [p for p in PHASE_ORDER if p in set(seen)]
 
 
+MAX_Y_LABELS = 40  # y labels a timeline's 9 inches hold apart; more ranks: every k-th rank named
+
+
 def timeline_rows(tl: Timeline) -> tuple[dict[tuple[int, int], float], list[float], list[str]]:
     """Where each row goes: (rank, lane) -> y (lane 0: the rank's phases), and the y axis'
-    breaks and labels. Without lanes, rank r is at y = r."""
+    breaks and labels. Without lanes, rank r is at y = r. Above :data:`MAX_Y_LABELS` rows,
+    only every k-th rank is labelled (k 1, 2, 5, 10, 20, ...; lanes unlabelled), so that the
+    labels do not run together; every row is still drawn."""
     ranks = sorted(tl.steps["rank"].unique())
     lanes = tl.lanes if tl.lanes is not None and len(tl.lanes) else None
     pos: dict[tuple[int, int], float] = {}
-    breaks: list[float] = []
-    labels: list[str] = []
+    rows: list[tuple[float, str, bool]] = []  # y, label, a rank's own row
     y = 0.0
     for r in ranks:
         y = float(r) if lanes is None else y
         pos[(r, 0)] = y
-        breaks.append(y)
-        labels.append(f"rank {r}")
+        rows.append((y, f"rank {r}", True))
         if lanes is not None:
             mine = lanes[(lanes["rank"] == r) & (lanes["part"] != "wait")]
             for lane, text in mine.drop_duplicates("lane").sort_values("lane")[["lane", "label"]].itertuples(
                     index=False):
                 y += 0.8
                 pos[(r, int(lane))] = y
-                breaks.append(y)
-                labels.append(str(text))
+                rows.append((y, str(text), False))
             y += 1.4  # a gap before the next rank
-    return pos, breaks, labels
+    if len(rows) > MAX_Y_LABELS:
+        every = labelled_every(len(ranks))
+        rows = [row for row in rows if row[2]][::every]
+    return pos, [y for y, _, _ in rows], [text for _, text, _ in rows]
+
+
+def labelled_every(ranks: int, most: int = MAX_Y_LABELS) -> int:
+    """Label every k-th of ``ranks`` rows, k the smallest of 1, 2, 5, 10, 20, 50, ... that
+    leaves at most ``most`` labels."""
+    k = 1
+    while -(-ranks // k) > most:
+        k = k * 5 // 2 if str(k)[0] == "2" else k * 2
+    return k
 
 
 def timeline(tl: Timeline, label: RunLabel) -> ggplot:
@@ -110,7 +124,8 @@ def timeline(tl: Timeline, label: RunLabel) -> ggplot:
     else:
         fill = phase_fill(present)
         small_labels = theme()
-    span = max(breaks) - min(breaks)
+    lo, hi = min(pos.values()), max(pos.values())  # every row, labelled or not
+    span = hi - lo
     height = min(9.0, max(HEIGHT_IN - 0.6, 2.0 + 0.32 * span * (1 if tl.lanes is None else 0.9)))
     plot = ggplot()
     for layer in layers:
@@ -120,7 +135,7 @@ def timeline(tl: Timeline, label: RunLabel) -> ggplot:
         + geom_segment(marks, aes(x="start_ms", xend="start_ms", y="y0", yend="y1"), size=0.6, color="black")
         + geom_text(tags, aes(x="x", y="y", label="text"), size=BASE_SIZE - 3, ha="left", va="bottom")
         + fill
-        + scale_y_reverse(breaks=breaks, labels=tick_labels, limits=(max(breaks) + 0.6, min(breaks) - 0.95))
+        + scale_y_reverse(breaks=breaks, labels=tick_labels, limits=(hi + 0.6, lo - 0.95))
         + scale_x_continuous(expand=(0.01, 0))
         + labs(title=label.title(), subtitle=subtitle, x=f"time since the start of step {a} [ms]")
         + theme_dltrace()

@@ -52,6 +52,22 @@ def test_timeline_bars_carry_their_phase_colour_and_steps_are_marked() -> None:
     assert plot.labels.x == "time since the start of step 2 [ms]"
 
 
+def test_a_timeline_of_many_ranks_names_every_kth_rank_and_draws_them_all() -> None:
+    n = 1024
+    bars = pd.DataFrame({"rank": range(n), "start_ms": 0.0, "end_ms": 1.0,
+                         "phase": pd.Categorical(["compute"] * n, categories=figures.PHASE_ORDER)})
+    steps = pd.DataFrame({"rank": range(n), "step": 0, "start_ms": 0.0, "end_ms": 1.0})
+    plot = figures.timeline(Timeline(bars, steps, (0, 1), 0, n, None), LABEL)
+    fig = plot.draw()
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    plt.close(fig)
+    assert labels == [f"rank {r}" for r in range(0, n, 50)]  # 21 labels, not 1,024 run together
+    assert len(plot.layers[0].data) == n  # every rank's row is still drawn
+    few = figures.timeline_rows(Timeline(bars[bars["rank"] < 40], steps[steps["rank"] < 40], (0, 1), 0, 40, None))
+    assert few[2] == [f"rank {r}" for r in range(40)]
+
+
 def test_timeline_says_when_it_aggregated() -> None:
     bars = pd.DataFrame({"rank": [0], "start_ms": [0.0], "end_ms": [1.0],
                          "phase": pd.Categorical(["compute"], categories=figures.PHASE_ORDER)})
