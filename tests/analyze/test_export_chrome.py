@@ -268,3 +268,23 @@ def test_a_window_of_steps_holds_what_overlaps_them(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "analyze.cli", "export", str(run), "--steps", "50:60"], cwd=ROOT,
                          capture_output=True, text=True, timeout=300)
     assert bad.returncode != 0 and "has no steps 50:60 (it has steps 0-44)" in bad.stderr
+
+
+def test_the_merged_file_reads_ranks_in_batches_and_writes_them_as_one_rank_at_a_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import synth
+
+    run, _ = synth.write(12_000, tmp_path / "run", ranks=8)
+    con = analyze.open(run, db=tmp_path / "r.duckdb")
+    per_rank = con.execute("SELECT count(*) FROM intervals GROUP BY rank").fetchall()
+    texts = {}
+    for batch in (0, 3 * max(n for (n,) in per_rank), export.EXPORT_BATCH):
+        monkeypatch.setattr(export, "EXPORT_BATCH", batch)
+        queries = export._rank_batches(con, list(range(8)))
+        (path,) = export.export(con, tmp_path / f"b{batch}.json.gz")
+        texts[len(queries)] = gzip.decompress(path.read_bytes())
+    few, some, every = sorted(texts)  # all ranks in one query, about three at a time, one at a time
+    assert (few, every) == (1, 8) and 1 < some < 8
+    assert texts[1] == texts[some] == texts[8]
+    doc = json.loads(texts[1])
+    assert {e["pid"] for e in doc["traceEvents"] if e.get("ph") == "X"} == set(range(8))
