@@ -332,23 +332,40 @@ def per_rank(con: duckdb.DuckDBPyConnection, window: Window | None = None
     by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for loc in locations:
         by_rank[int(loc["rank"])].append(loc)
-    for rank, locs in sorted(by_rank.items()):
-        track = {loc["location_id"]: _track(loc) for loc in locs}
-        kinds = {loc["location_id"]: loc["kind"] for loc in locs}
-        if rank in files:
-            base, header, events = files[rank]
-        else:
-            base = origin - origin % 1000
-            header = {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": world},
-                      "displayTimeUnit": "ms", "baseTimeNanoseconds": base}
-            events = _synthesized_meta(rank, locs, track)
-            events += _flows(con, rank, track, origin, base, window)
-        yield rank, header, itertools.chain(events, _rank_slices(con, rank, track, kinds, origin, base, window))
+    track = {loc["location_id"]: _track(loc) for loc in locations}
+    kinds = {loc["location_id"]: loc["kind"] for loc in locations}
+    for batch in _rank_batches(con, sorted(by_rank)):
+        flows = _flows(con, batch, track, origin, origin - origin % 1000, window)
+        rows = _Rows(_intervals(con, batch, window))  # last: a query on con ends the one before
+        for rank in range(batch[0], batch[1] + 1):
+            if rank in files:
+                base, header, events = files[rank]
+            else:
+                base = origin - origin % 1000
+                header = {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": world},
+                          "displayTimeUnit": "ms", "baseTimeNanoseconds": base}
+                events = _synthesized_meta(rank, by_rank[rank], track) + flows.get(rank, [])
+            yield rank, header, itertools.chain(events, _rank_slices(rows.of(rank), track, kinds, origin, base))
 
 
-def _rank_slices(con: duckdb.DuckDBPyConnection, rank: int, track: dict[int, tuple[Any, Any]],
-                 kinds: dict[int, str], origin: int, base: int, window: Window) -> Iterator[dict[str, Any]]:
-    for row in _intervals(con, (rank, rank), window):
+class _Rows:
+    """The rows of a query over several ranks, in rank order, handed out rank by rank (rows
+    of earlier ranks left unread are skipped)."""
+
+    def __init__(self, rows: Iterator[dict[str, Any]]):
+        self._rows = rows
+        self._next = next(rows, None)
+
+    def of(self, rank: int) -> Iterator[dict[str, Any]]:
+        while self._next is not None and self._next["rank"] <= rank:
+            row, self._next = self._next, next(self._rows, None)
+            if row["rank"] == rank:
+                yield row
+
+
+def _rank_slices(rows: Iterator[dict[str, Any]], track: dict[int, tuple[Any, Any]], kinds: dict[int, str],
+                 origin: int, base: int) -> Iterator[dict[str, Any]]:
+    for row in rows:
         loc = row["location_id"]
         pid, tid = track[loc]
         if row["args"] is not None or row["cat"] is not None:
@@ -384,20 +401,21 @@ def _synthesized_meta(rank: int, locs: list[dict[str, Any]], track: dict[int, tu
     return out
 
 
-def _flows(con: duckdb.DuckDBPyConnection, rank: int, track: dict[int, tuple[Any, Any]], origin: int,
-           base: int, window: Window) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for cid, lloc, lstart, dloc, dstart in con.execute("""
-            SELECT correlation, launch_location_id, launch_start_ns, location_id, start_ns
-            FROM correlations WHERE rank = $r AND start_ns BETWEEN $t0 AND $t1 ORDER BY start_ns""",
-            window.params("t0", "t1", r=rank)).fetchall():
+def _flows(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int], track: dict[int, tuple[Any, Any]],
+           origin: int, base: int, window: Window) -> dict[int, list[dict[str, Any]]]:
+    """Per rank of ``ranks[0]`` to ``ranks[1]``, its flow arrows from launch to kernel."""
+    out: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for rank, cid, lloc, lstart, dloc, dstart in con.execute("""
+            SELECT rank, correlation, launch_location_id, launch_start_ns, location_id, start_ns
+            FROM correlations WHERE rank BETWEEN $r0 AND $r1 AND start_ns BETWEEN $t0 AND $t1
+            ORDER BY rank, start_ns""", window.params("t0", "t1", r0=ranks[0], r1=ranks[1])).fetchall():
         for ph, loc, t in (("s", lloc, lstart), ("f", dloc, dstart)):
             pid, tid = track[loc]
             e = {"ph": ph, "id": cid, "pid": pid, "tid": tid, "ts": chrome.us(origin + t - base),
                  "cat": "ac2g", "name": "ac2g"}
             if ph == "f":
                 e["bp"] = "e"
-            out.append(e)
+            out[rank].append(e)
     return out
 
 

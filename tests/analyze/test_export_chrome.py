@@ -288,3 +288,15 @@ def test_the_merged_file_reads_ranks_in_batches_and_writes_them_as_one_rank_at_a
     assert texts[1] == texts[some] == texts[8]
     doc = json.loads(texts[1])
     assert {e["pid"] for e in doc["traceEvents"] if e.get("ph") == "X"} == set(range(8))
+
+
+def test_flows_of_a_range_of_ranks_go_to_their_own_rank(tmp_path: Path) -> None:
+    con = analyze.open(two_ranks(tmp_path / "run"), db=tmp_path / "t.duckdb")
+    locations = export._locations(con)
+    track = {loc["location_id"]: (loc["rank"], int(loc["thread"])) for loc in locations}
+    both = export._flows(con, (0, 1), track, 0, 0, export.Window())
+    alone = {r: export._flows(con, (r, r), track, 0, 0, export.Window()) for r in (0, 1)}
+    assert dict(both) == {**alone[0], **alone[1]}
+    # rank 0's two launches (the literal trace's only ones), each a start and a finish on rank 0
+    assert [(r, [(e["ph"], e["pid"]) for e in flows]) for r, flows in both.items()] == [
+        (0, [("s", 0), ("f", 0), ("s", 0), ("f", 0)])]

@@ -3,6 +3,7 @@ and real Kineto files (no GPU here); a 2-rank DDP run checks the CPU path and th
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -87,6 +88,21 @@ def test_device_streams_collectives_and_phases_in_our_archive(gpu_run: Path) -> 
                       ("memory", "optimizer"): 5}
     # the host phases see none of it: the device's collectives are not the main thread's
     assert con.execute("SELECT sum(duration_ns) FROM phases WHERE rank = 0 AND phase <> 'compute'").fetchone() == (0,)
+
+
+def test_per_rank_export_of_our_archive_reads_ranks_in_batches(
+        gpu_run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from analyze.export import chrome as export
+
+    con = analyze.open(gpu_run)
+    texts = []
+    for most in (1, export.EXPORT_RANKS):  # a query per rank, both ranks in one
+        monkeypatch.setattr(export, "EXPORT_RANKS", most)
+        files = export.export(con, tmp_path / f"by{most}")
+        texts.append([gzip.decompress(f.read_bytes()) for f in files])
+    assert len(export._rank_batches(con, [0, 1])) == 1 and texts[0] == texts[1]
+    kernels = [sum(e.get("cat") == "kernel" for e in json.loads(t)["traceEvents"]) for t in texts[1]]
+    assert kernels == [3, 2]  # each rank's own (rank 0: gemm, relu, the allreduce)
 
 
 def test_a_real_gpu_trace_survives_our_archive(tmp_path: Path) -> None:
