@@ -303,13 +303,13 @@ def waits_summary(con: duckdb.DuckDBPyConnection, points: int, groups: RankGroup
     """What the waits figure draws, summed by DuckDB over every instance (a long run has
     millions): (points, boxes, stragglers). ``points``: the rows of :func:`collective_waits`
     for at most ``points`` instances of each op, a fixed sample (by a hash of communicator,
-    sequence and rank); ``boxes``: op, rank, n, lower, middle, upper (quartiles, interpolated
+    sequence and rank: the same instances with or without groups); ``boxes``: op, rank, n, lower, middle, upper (quartiles, interpolated
     as numpy's percentiles), ymin, ymax (Tukey's whiskers: the most extreme waits within 1.5
     IQR of the box); ``stragglers``: as :func:`stragglers`. With ``groups``, ``rank`` is a
     group's first rank: boxes over its ranks' instances, times last summed over them."""
     groups = groups or RankGroups(1, 0)
     c = f"""
-        SELECT op, {groups.start()} AS rank, comm_id, seq, wait_ms, transfer_ms, arrived_last FROM (
+        SELECT op, {groups.start()} AS rank, rank AS member, comm_id, seq, wait_ms, transfer_ms, arrived_last FROM (
             SELECT coalesce(op, 'unknown') AS op, rank, comm_id, seq, wait_ns / 1e6 AS wait_ms,
                    transfer_ns / 1e6 AS transfer_ms,
                    enter_ns = max(enter_ns) OVER (PARTITION BY comm_id, seq)
@@ -317,8 +317,8 @@ def waits_summary(con: duckdb.DuckDBPyConnection, points: int, groups: RankGroup
             FROM collectives)"""
     sample = con.execute(f"""
         SELECT op, rank, comm_id, seq, wait_ms, transfer_ms, arrived_last FROM ({c})
-        QUALIFY row_number() OVER (PARTITION BY op ORDER BY hash(comm_id, seq, rank), comm_id, seq, rank) <= $n
-        ORDER BY op, comm_id, seq, rank""", {"n": points}).df()
+        QUALIFY row_number() OVER (PARTITION BY op ORDER BY hash(comm_id, seq, member), comm_id, seq, member) <= $n
+        ORDER BY op, comm_id, seq, member""", {"n": points}).df()
     boxes = con.execute(f"""
         WITH c AS ({c}),
         q AS (SELECT op, rank, count(wait_ms) AS n, quantile_cont(wait_ms, 0.25) AS lower,

@@ -177,6 +177,12 @@ def test_many_ranks_share_panels_and_boxes_as_means_of_their_ranks(tmp_path: Pat
         times_last=("times_last", "sum"), instances=("instances", "first"))
     pd.testing.assert_frame_equal(counts, want, check_dtype=False)
     assert np.isclose(counts["times_last"].sum(), per_rank["times_last"].sum())
+    # the points: the same instances as without groups (a hash of the group's first rank drew
+    # whole groups' instances and left others without a point)
+    alone = views.waits_summary(db, 200)[0]
+    grouped_sample = views.waits_summary(db, 200, groups)[0]
+    pd.testing.assert_frame_equal(grouped_sample, alone.assign(rank=alone["rank"] // 3 * 3))
+    assert grouped_sample["rank"].nunique() == 14
 
 
 @pytest.mark.parametrize("n, first", [(3, 0), (12, 5), (40, 0), (900, 1)])
