@@ -229,8 +229,10 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
     ``waits``: op, rank, wait_ms, arrived_last; ``stragglers``: op, rank, times_last, instances.
     """
     groups = groups or RankGroups(1, 0)  # with groups, "rank" is a group's first rank
+    crowded = stragglers.groupby("op").size().max() > 4 if len(stragglers) else False
+    last = "" if crowded else "last "  # many boxes: the subtitle says what the counts are
     ticks = pd.DataFrame({"op": stragglers["op"], "rank": stragglers["rank"],
-                          "x": [f"{groups.label(int(r.rank), short=True)}\nlast {r.times_last:,}/{r.instances:,}"
+                          "x": [f"{groups.label(int(r.rank), short=True)}\n{last}{r.times_last:,}/{r.instances:,}"
                                 for r in stragglers.itertuples()]})
 
     def with_x(df: pd.DataFrame) -> pd.DataFrame:
@@ -261,10 +263,11 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
         + facet_wrap("op", scales="free", ncol=min(2, ops))
         + scale_color_manual(values={"arrived last": PHASE_COLORS["idle"], "waited": PHASE_COLORS["compute"]})
         + labs(title=label.title(),
-               subtitle="wait for the last rank, per instance; under x: times last" + sampled
+               subtitle="wait for the last rank, per instance; under x: times last, of the instances" + sampled
                + (f"\neach box: the instances of {groups.per} consecutive ranks (under it)" if groups.per > 1 else ""),
                x=None, y="wait [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 1.4 * ((ops - 1) // 2)),
                 axis_title_x=element_blank(), legend_title=element_blank())
+        + (theme(axis_text_x=element_text(size=BASE_SIZE - 3)) if crowded else theme())
     )

@@ -94,6 +94,7 @@ def theme_dltrace() -> theme:
         legend_key_spacing_x=4,
         legend_text=element_text(size=BASE_SIZE - 2),
         plot_title=element_text(size=BASE_SIZE + 1, ha="left"),
+        plot_title_position="plot",  # from the figure's left edge: long y labels do not push it off
         plot_subtitle=element_text(size=BASE_SIZE - 2, ha="left", color=NOTE_COLOR),
         panel_grid_minor=element_blank(),
         panel_grid_major=element_line(color="#e5e5e5", size=0.4),
