@@ -303,9 +303,10 @@ def waits_summary(con: duckdb.DuckDBPyConnection, points: int, groups: RankGroup
     """What the waits figure draws, summed by DuckDB over every instance (a long run has
     millions): (points, boxes, stragglers). ``points``: the rows of :func:`collective_waits`
     for at most ``points`` instances of each op, a fixed sample (by a hash of communicator,
-    sequence and rank: the same instances with or without groups); ``boxes``: op, rank, n, lower, middle, upper (quartiles, interpolated
-    as numpy's percentiles), ymin, ymax (Tukey's whiskers: the most extreme waits within 1.5
-    IQR of the box); ``stragglers``: as :func:`stragglers`. With ``groups``, ``rank`` is a
+    sequence and rank: the same instances with or without groups); ``boxes``: op, rank, n,
+    lower, middle, upper (quartiles, interpolated as numpy's percentiles), ymin, ymax (Tukey's
+    whiskers: the most extreme waits within 1.5 IQR of the box); ``stragglers``: as
+    :func:`stragglers`. With ``groups``, ``rank`` is a
     group's first rank: boxes over its ranks' instances, times last summed over them."""
     groups = groups or RankGroups(1, 0)
     c = f"""

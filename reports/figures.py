@@ -49,7 +49,8 @@ def present_phases(phases: pd.Series, amounts: pd.Series | None = None) -> list[
     return [p for p in PHASE_ORDER if p in set(seen)]
 
 
-MAX_Y_LABELS = 40  # y labels a timeline's 9 inches hold apart; more ranks: every k-th rank named
+MAX_Y_LABELS = 48  # y labels a timeline's 9 inches hold apart at 9 pt; more rows: every k-th
+# rank named, lanes unnamed (their colours and the legend still tell them apart)
 
 
 def timeline_rows(tl: Timeline) -> tuple[dict[tuple[int, int], float], list[float], list[str]]:

@@ -64,8 +64,9 @@ def test_a_timeline_of_many_ranks_names_every_kth_rank_and_draws_them_all() -> N
     plt.close(fig)
     assert labels == [f"rank {r}" for r in range(0, n, 50)]  # 21 labels, not 1,024 run together
     assert len(plot.layers[0].data) == n  # every rank's row is still drawn
-    few = figures.timeline_rows(Timeline(bars[bars["rank"] < 40], steps[steps["rank"] < 40], (0, 1), 0, 40, None))
-    assert few[2] == [f"rank {r}" for r in range(40)]
+    n = figures.MAX_Y_LABELS
+    few = figures.timeline_rows(Timeline(bars[bars["rank"] < n], steps[steps["rank"] < n], (0, 1), 0, n, None))
+    assert few[2] == [f"rank {r}" for r in range(n)]
 
 
 def test_timeline_says_when_it_aggregated() -> None:
