@@ -264,8 +264,9 @@ def test_exclusive_time_when_children_and_parents_are_chunks_apart(reader: str, 
 
 def test_progress_is_drawn_on_a_terminal_only(tmp_path: Path) -> None:
     """Reading for more than half a second redraws one progress line on a terminal's stderr
-    (here a pseudo-terminal), and erases it when done; through a pipe nothing is drawn
-    (test_fallback_without_the_extension sees only the notice)."""
+    (here a pseudo-terminal), and erases it when done; through a pipe nothing is written for
+    a stage shorter than LOG_EVERY (test_fallback_without_the_extension sees only the notice;
+    test_progress.py has the log's lines)."""
     import pty
 
     write_archive(random_spec(4, ranks=2, events=80_000), tmp_path / "run")  # ~1-3 s to read
