@@ -60,7 +60,7 @@ def step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
         """).df()
     return con.execute(f"""
         WITH p AS (SELECT {groups.start()} AS g, {bins.start()} AS b, rank, phase, duration_ns FROM phases),
-        n AS (SELECT g, count(DISTINCT rank) AS n FROM p GROUP BY g)
+        {groups.sizes("p")}
         SELECT g AS rank, b AS step, phase, sum(duration_ns) / 1e6 / {bins.width('b')} / any_value(n.n) AS ms
         FROM p JOIN n USING (g) GROUP BY g, b, phase ORDER BY rank, step, phase
     """).df()
@@ -306,8 +306,8 @@ def waits_summary(con: duckdb.DuckDBPyConnection, points: int, groups: RankGroup
     sequence and rank: the same instances with or without groups); ``boxes``: op, rank, n,
     lower, middle, upper (quartiles, interpolated as numpy's percentiles), ymin, ymax (Tukey's
     whiskers: the most extreme waits within 1.5 IQR of the box); ``stragglers``: as
-    :func:`stragglers`. With ``groups``, ``rank`` is a
-    group's first rank: boxes over its ranks' instances, times last summed over them."""
+    :func:`stragglers`. With ``groups``, ``rank`` is a group's first rank: boxes over its
+    ranks' instances, times last summed over them."""
     groups = groups or RankGroups(1, 0)
     c = f"""
         SELECT op, {groups.start()} AS rank, rank AS member, comm_id, seq, wait_ms, transfer_ms, arrived_last FROM (

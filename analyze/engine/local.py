@@ -22,13 +22,13 @@ class LocalEngine:
     def __init__(self, workers: int | None = None):
         self.workers = max(1, workers or cores())
         self.stages: list[StageTime] = []
-        self._terminal = Progress.terminal()
+        self._stderr = Progress.stderr()
 
     def run(self, label: str, fn: Callable[..., Any], items: Sequence[Any], *args: Any,
             sizes: Sequence[int] | None = None, unit: str = "tasks",
             partial_progress: bool = False) -> list[Any]:
         sizes = list(sizes) if sizes is not None else [1] * len(items)
-        progress = Progress(label, sum(sizes), unit, self._terminal)
+        progress = Progress(label, sum(sizes), unit, self._stderr)
         kwargs = {"progress": progress.add} if partial_progress else {}
         t0 = time.perf_counter()
         with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=f"analyze-{label}") as pool:
@@ -63,9 +63,9 @@ class LocalEngine:
         return cores_per_task(tasks, self.workers)
 
     def close(self) -> None:
-        if self._terminal is not None:
-            os.close(self._terminal)
-            self._terminal = None
+        if self._stderr is not None:
+            os.close(self._stderr)
+            self._stderr = None
 
 
 def _adder(progress: Progress, n: int) -> Callable[[Future[Any]], None]:

@@ -36,7 +36,7 @@ class DaskEngine:
         self.client = client
         self.stages: list[StageTime] = []
         self._cluster = cluster  # closed with the engine when we started it
-        self._terminal = Progress.terminal()
+        self._stderr = Progress.stderr()
         from distributed import LocalCluster  # installed: the client is its
 
         # every worker runs on this machine: the cluster started with the engine is a local one
@@ -80,7 +80,7 @@ class DaskEngine:
         from distributed import as_completed
 
         sizes = list(sizes) if sizes is not None else [1] * len(items)
-        progress = Progress(label, sum(sizes), unit, self._terminal)
+        progress = Progress(label, sum(sizes), unit, self._stderr)
         t0 = time.perf_counter()
         futures = [self.client.submit(timed_call, fn, item, *args, pure=False) for item in items]
         size_of = {f.key: n for f, n in zip(futures, sizes, strict=True)}
@@ -111,9 +111,9 @@ class DaskEngine:
         return self.client.run(_peak_rss_mb)
 
     def close(self) -> None:
-        if self._terminal is not None:
-            os.close(self._terminal)
-            self._terminal = None
+        if self._stderr is not None:
+            os.close(self._stderr)
+            self._stderr = None
         self.client.close()
         if self._cluster is not None:
             self._cluster.close()

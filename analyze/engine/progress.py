@@ -14,18 +14,18 @@ class Progress:
     """``label: 45% (4.5M of 10.0M events, 3.1M/s)``, redrawn at most five times a second on a
     terminal; written as a line of its own every :data:`LOG_EVERY` seconds elsewhere."""
 
-    def __init__(self, label: str, total: int = 0, unit: str = "events", terminal: int | None = None):
+    def __init__(self, label: str, total: int = 0, unit: str = "events", stderr: int | None = None):
         self.label = label
         self.total = total
         self.unit = unit
         self.done = 0
         self._t0 = time.monotonic()
         self._drawn = 0.0
-        self._fd = os.dup(terminal) if terminal is not None else None
+        self._fd = os.dup(stderr) if stderr is not None else None
         self._tty = self._fd is not None and os.isatty(self._fd)
 
     @staticmethod
-    def terminal() -> int | None:
+    def stderr() -> int | None:
         """A duplicate of stderr, to write on later: taken before anything captures stderr
         (the OTF2 library's messages are captured while reading). None if it is closed."""
         try:

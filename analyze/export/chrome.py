@@ -334,14 +334,15 @@ def per_rank(con: duckdb.DuckDBPyConnection, window: Window | None = None
         by_rank[int(loc["rank"])].append(loc)
     track = {loc["location_id"]: _track(loc) for loc in locations}
     kinds = {loc["location_id"]: loc["kind"] for loc in locations}
+    ours = origin - origin % 1000  # the base time of the files we make (Kineto's keep theirs)
     for batch in _rank_batches(con, sorted(by_rank)):
-        flows = _flows(con, batch, track, origin, origin - origin % 1000, window)
+        flows = _flows(con, batch, track, origin, ours, window)
         rows = _Rows(_intervals(con, batch, window))  # last: a query on con ends the one before
         for rank in range(batch[0], batch[1] + 1):
             if rank in files:
                 base, header, events = files[rank]
             else:
-                base = origin - origin % 1000
+                base = ours
                 header = {"schemaVersion": 1, "distributedInfo": {"rank": rank, "world_size": world},
                           "displayTimeUnit": "ms", "baseTimeNanoseconds": base}
                 events = _synthesized_meta(rank, by_rank[rank], track) + flows.get(rank, [])

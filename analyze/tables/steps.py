@@ -107,6 +107,11 @@ class RankGroups:
         """SQL: the first rank of ``col``'s group."""
         return f"({col} // {self.per} * {self.per})"
 
+    def sizes(self, source: str) -> str:
+        """SQL: a CTE ``n`` of each group ``g`` of ``source`` (columns g, rank) and its ranks
+        there, ``n``: what the sums over a group are divided by for its mean rank."""
+        return f"n AS (SELECT g, count(DISTINCT rank) AS n FROM {source} GROUP BY g)"
+
     def label(self, first: int, short: bool = False) -> str:
         """The panel or axis name of the group starting at rank ``first`` (``short``: without
         the word, for tick labels side by side)."""

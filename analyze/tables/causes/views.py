@@ -130,7 +130,7 @@ def overlap_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
     df = con.execute(f"""
         WITH o AS (SELECT {groups.start()} AS g, {bins.start()} AS b, rank, hidden_ns, exposed_ns
                    FROM overlap WHERE kind = 'all'),
-        n AS (SELECT g, count(DISTINCT rank) AS n FROM o GROUP BY g)
+        {groups.sizes("o")}
         SELECT g AS rank, b AS step, sum(hidden_ns) / 1e6 / {per} AS hidden, sum(exposed_ns) / 1e6 / {per} AS exposed
         FROM o JOIN n USING (g) GROUP BY g, b ORDER BY rank, step
     """).df()
