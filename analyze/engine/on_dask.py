@@ -17,6 +17,7 @@ and import the same ``analyze``: tasks read the archive and exchange Parquet fil
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -126,11 +127,29 @@ def _client(distributed: Any, scheduler: str | None) -> Any:
     timeout = dask.config.get("distributed.comm.timeouts.connect")  # 30s unless configured
     try:
         if scheduler is not None and Path(scheduler).is_file():
+            _check_scheduler_file(Path(scheduler))
             return distributed.Client(scheduler_file=scheduler, timeout=timeout)
         return distributed.Client(scheduler, timeout=timeout)
     except (OSError, TimeoutError) as e:
         raise AnalyzeError(f"cannot reach the Dask scheduler {scheduler or '(configured)'} ({e}); "
                            "start it first, or leave out --scheduler for a cluster on this machine") from None
+    except (ValueError, KeyError, TypeError) as e:  # not an address, or a file that is not one
+        what = "no file and no address" if not Path(str(scheduler)).exists() else "not a scheduler file"
+        raise AnalyzeError(f"--scheduler {scheduler}: {what} ({type(e).__name__}: {e}); give the "
+                           "scheduler's address (tcp://host:8786) or the JSON file that "
+                           "'dask scheduler --scheduler-file' wrote") from None
+
+
+def _check_scheduler_file(path: Path) -> None:
+    """Fail clearly on a file that is not a scheduler file (Dask reads it with an assert)."""
+    try:
+        address = json.loads(path.read_text()).get("address")
+    except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+        address = None
+    if not isinstance(address, str) or not address:
+        raise AnalyzeError(f"--scheduler {path}: not a Dask scheduler file (JSON with the "
+                           "scheduler's \"address\"); give the file that 'dask scheduler "
+                           "--scheduler-file' wrote, or the address tcp://host:8786")
 
 
 def _peak_rss_mb() -> float:

@@ -76,6 +76,21 @@ def test_unreachable_scheduler_and_scheduler_without_dask_are_clear_errors(tmp_p
     assert not (run / "trace.duckdb").exists()
 
 
+def test_a_scheduler_that_is_neither_address_nor_scheduler_file_is_a_clear_error(tmp_path: Path) -> None:
+    run = literal_run(tmp_path / "run")
+    (tmp_path / "notes.json").write_text('{"workers": 4}')
+    (tmp_path / "garbage.json").write_text("not json")
+    for scheduler, said in ((str(tmp_path / "missing.json"), "no file and no address"),
+                            ("node17", "no file and no address"),  # no port
+                            (str(tmp_path / "notes.json"), "not a Dask scheduler file"),
+                            (str(tmp_path / "garbage.json"), "not a Dask scheduler file")):
+        proc = cli("phases", str(run), "--engine", "dask", "--scheduler", scheduler, timeout=120)
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert said in proc.stderr and "tcp://host:8786" in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (run / "trace.duckdb").exists()
+
+
 def test_mpi_outside_mpirun_is_a_clear_error(tmp_path: Path) -> None:
     run = literal_run(tmp_path / "run")
     proc = cli("phases", str(run), "--engine", "dask", "--scheduler", "mpi")  # an MPI world of one
