@@ -549,7 +549,8 @@ def _archive_errors(chrome_json: bool = False) -> Iterator[None]:
         detail = library_said[0].splitlines()[-1] if library_said and library_said[0] else ""
         hint = "" if chrome_json else \
             " The archive is truncated or corrupt; re-merge it (instrument merge) or copy it again."
-        raise AnalyzeError(f"{error}{' (' + detail + ')' if detail else ''}.{hint}") from None
+        said = f"{error}{' (' + detail + ')' if detail else ''}"
+        raise AnalyzeError(f"{said}{'' if said.endswith(('.', '?')) else '.'}{hint}") from None
 
 
 @contextlib.contextmanager

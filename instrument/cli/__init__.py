@@ -34,3 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"instrument: {e}", file=sys.stderr)
         return e.exit_status
+    except OSError as e:  # a path the user gave that cannot be read or written
+        if e.filename is None:
+            raise
+        print(f"instrument: {e.filename}: {e.strerror}; check the path and its permissions", file=sys.stderr)
+        return 1

@@ -221,6 +221,11 @@ def test_cli_export(tmp_path: Path) -> None:
                            "-o", str(tmp_path / "taken")], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and "taken exists and is not a directory" in proc.stderr
     assert "Traceback" not in proc.stderr
+    # a directory that cannot be made (its parent is a file): the path and the system's reason
+    proc = subprocess.run([sys.executable, "-m", "analyze.cli", "export", str(run), "--db", str(tmp_path / "t.duckdb"),
+                           "-o", str(tmp_path / "taken" / "out")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip() == f"analyze: {tmp_path / 'taken' / 'out'}: Not a directory; check the path and its permissions"
 
 
 @pytest.mark.slow

@@ -236,7 +236,7 @@ def test_a_directory_without_traces_and_a_broken_file_are_clear_errors(tmp_path:
     bad = tmp_path / "bad" / "x.pt.trace.json"
     bad.parent.mkdir()
     bad.write_text('{"traceEvents": [{"ph": "X"')
-    with pytest.raises(AnalyzeError, match=r"x.pt.trace.json is not valid JSON .*is the file complete\?"):
+    with pytest.raises(AnalyzeError, match=r"x.pt.trace.json is not valid JSON .*is the file complete\?$"):
         analyze.build(tmp_path / "bad", db=tmp_path / "b.duckdb")
 
 
