@@ -21,7 +21,6 @@ written, for floats below 2^43 us (101 days from the base), which Kineto's relat
 from __future__ import annotations
 
 import gzip
-import itertools
 import json
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -182,16 +181,35 @@ def slice_event(s: Slice, base_ns: int) -> dict[str, Any]:
 DUMP_BATCH = 20_000  # events encoded and written at a time
 
 
-def _batches(items: Iterable[dict[str, Any]], n: int) -> Iterator[list[dict[str, Any]]]:
-    it = iter(items)
-    while batch := list(itertools.islice(it, n)):
+class Encoded(str):
+    """Events already encoded as JSON (as :func:`json.dumps` writes them) and joined by ", ",
+    which :func:`dump` writes as they are, in their place among the others."""
+
+
+def _batches(items: Iterable[dict[str, Any] | Encoded], n: int) -> Iterator[list[dict[str, Any]] | Encoded]:
+    """Runs of at most ``n`` events to encode, and the :class:`Encoded` pieces between them."""
+    batch: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, Encoded):
+            if batch:
+                yield batch
+                batch = []
+            if item:
+                yield item
+            continue
+        batch.append(item)
+        if len(batch) == n:
+            yield batch
+            batch = []
+    if batch:
         yield batch
 
 
-def dump(path: Path, header: dict[str, Any], events: Iterable[dict[str, Any]]) -> Path:
+def dump(path: Path, header: dict[str, Any], events: Iterable[dict[str, Any] | Encoded]) -> Path:
     """Write ``{**header, "traceEvents": events}`` to ``path``, gzipped when it ends in .gz
     (deterministically: no time stamp or name in the gzip header). Events are written as they
-    come, a batch at a time, so an iterator of a long run's events is never held whole."""
+    come, a batch at a time, so an iterator of a long run's events is never held whole; an
+    :class:`Encoded` item is events already encoded."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     # json's default separators: Holistic Trace Analysis finds a file's rank with the pattern
@@ -207,7 +225,8 @@ def dump(path: Path, header: dict[str, Any], events: Iterable[dict[str, Any]]) -
                 first = True
                 for batch in _batches(events, DUMP_BATCH):
                     # a list's JSON is its items' joined by ", ": one call of the C encoder a batch
-                    out.write(((", " if not first else "") + json.dumps(batch)[1:-1]).encode())
+                    text = batch if isinstance(batch, Encoded) else json.dumps(batch)[1:-1]
+                    out.write(((", " if not first else "") + text).encode())
                     first = False
                 out.write(b"]}")
             finally:

@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import analyze
 from analyze.export import chrome as export
@@ -22,6 +25,7 @@ from tests.analyze.conftest import KINETO_FIXTURES
 from tests.analyze.test_kineto import FACTS, OTHER_LAYOUTS, hta_oracle, two_ranks
 from tests.conftest import ROOT, Run
 from tests.literal import write_literal
+from traceio import chrome as chrome_format
 
 US = 1000
 
@@ -305,3 +309,80 @@ def test_flows_of_a_range_of_ranks_go_to_their_own_rank(tmp_path: Path) -> None:
     # rank 0's two launches (the literal trace's only ones), each a start and a finish on rank 0
     assert [(r, [(e["ph"], e["pid"]) for e in flows]) for r, flows in both.items()] == [
         (0, [("s", 0), ("f", 0), ("s", 0), ("f", 0)])]
+
+
+# -- DuckDB writes the plain events itself: the same bytes as Python ----------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.integers(-(export.EXACT_NS - 1), export.EXACT_NS - 1),
+                          st.sampled_from([0, 1, -1, 999, 1000, 1001, -999, -1000, -1001, 10**15 + 7,
+                                           export.EXACT_NS - 1, 1 - export.EXACT_NS])), min_size=1, max_size=200))
+def test_duckdb_writes_times_as_python_does(values: list[int]) -> None:
+    got = duckdb.connect().execute(f"SELECT list({export._us_sql('x')} ORDER BY i) FROM "
+                                   "(SELECT unnest($v::BIGINT[]) AS x, generate_subscripts($v::BIGINT[], 1) AS i)",
+                                   {"v": values}).fetchone()[0]  # type: ignore[index]
+    assert got == [json.dumps(chrome_format.us(v)) for v in values]
+
+
+@pytest.mark.parametrize("text", ["allreduce", "world", "pg 0:1 (x)", "", "a'b", 'say "hi"', "back\\slash",
+                                  "wörld", "tab\there", "del\x7f", "emoji \U0001f600", None])
+def test_duckdb_writes_strings_as_python_does_or_leaves_them_to_it(text: str | None) -> None:
+    (got,) = duckdb.connect().execute(f"SELECT {export._str_sql('$s::VARCHAR')}", {"s": text}).fetchone()  # type: ignore[misc]
+    plain = text is None or all(" " <= ch <= "~" and ch not in '"\\' for ch in text)
+    assert got == (json.dumps(text) if plain else None)
+
+
+def _python_only(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """Make every interval's event in Python; count the rows DuckDB had encoded."""
+    seen = {"rows": 0, "encoded": 0}
+    original = export._encoded
+
+    def python(batch: Any, event: Callable[[dict[str, Any]], dict[str, Any]]) -> Any:
+        i = batch.schema.get_field_index("encoded")
+        seen["rows"] += batch.num_rows
+        seen["encoded"] += batch.num_rows - batch.column(i).null_count
+        return original(batch.set_column(i, "encoded", pa.nulls(batch.num_rows, pa.string())), event)
+
+    monkeypatch.setattr(export, "_encoded", python)
+    return seen
+
+
+def odd_names(directory: Path) -> Path:
+    """Two ranks whose names need JSON escapes: quotes, backslashes, non-ASCII, a control
+    character; a collective on a communicator with a plain and one with an odd name."""
+    write_literal(directory, [
+        (0, "dltrace.step", 0, 200_000_000), (1, "dltrace.step", 0, 200_000_000),
+        (0, 'forward "x"', 1_000, 50_000_001), (1, "forward \\ wörld", 1_001, 49_999_999),
+        (0, "tab\there \U0001f600", 60_000_000, 60_000_500),
+        (0, "MPI_Allreduce", 100_000_000, 150_000_000, {"op": "allreduce", "bytes": 4096}),
+        (1, "MPI_Allreduce", 50_000_000, 150_000_000, {"op": "allreduce", "bytes": 4096}),
+        (0, "MPI_Bcast", 160_000_000, 170_000_000, {"op": "bcast", "bytes": 8, "root": 0, "comm": 'grüppe "2"'}),
+        (1, "MPI_Bcast", 165_000_000, 170_000_000, {"op": "bcast", "bytes": 8, "root": 0, "comm": 'grüppe "2"'}),
+    ])
+    return directory
+
+
+@pytest.mark.parametrize("source", ["odd_names", "two_ranks", "hta_sampled_2rank", "casita-2_cuda_simple"])
+def test_duckdb_encoding_gives_the_bytes_python_writes(source: str, tmp_path: Path, scorep_fixtures: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    run = {"odd_names": lambda: odd_names(tmp_path / "run"), "two_ranks": lambda: two_ranks(tmp_path / "run"),
+           "hta_sampled_2rank": lambda: KINETO_FIXTURES / source,
+           "casita-2_cuda_simple": lambda: scorep_fixtures / source}[source]()
+    con = analyze.open(run, db=tmp_path / "t.duckdb")
+
+    def both(out: Path) -> list[Path]:
+        return [*export.export(con, out / "all.json.gz"), *export.export(con, out / "ranks")]
+
+    con.execute("SET disabled_optimizers = 'top_n'")  # the user's settings come back as they were
+    fast = both(tmp_path / "fast")
+    assert con.execute("SELECT current_setting('disabled_optimizers')").fetchone() == ("top_n",)
+    assert not con.execute("SELECT * FROM duckdb_tables() WHERE table_name LIKE '_dltrace_export%'").fetchall()
+    seen = _python_only(monkeypatch)
+    slow = both(tmp_path / "slow")
+    assert [p.relative_to(tmp_path / "fast") for p in fast] == [p.relative_to(tmp_path / "slow") for p in slow]
+    assert len(fast) >= 3
+    for a, b in zip(fast, slow, strict=True):
+        assert a.read_bytes() == b.read_bytes(), a.name
+    if source in ("odd_names", "casita-2_cuda_simple"):  # (imported Kineto events keep their args: Python)
+        assert seen["encoded"] > seen["rows"] / 2, seen
+    if source == "odd_names":  # the bcast's communicator needs escapes: Python writes those two
+        assert seen["encoded"] < seen["rows"], seen
