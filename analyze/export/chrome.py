@@ -196,8 +196,8 @@ DLTRACE_ARGS_SQL = ("CASE WHEN c.seq IS NULL THEN '}' ELSE ', \"args\": {\"dltra
 
 
 class _Encoding:
-    """What DuckDB needs to write a plain interval's event itself, registered on ``con`` while
-    in use: per location its track's JSON (``, "pid": P, "tid": T, "ts": ``) and the ns to add
+    """What DuckDB needs to write a plain interval's event itself, temporary tables of ``con``
+    until :meth:`close`: per location its track's JSON (``, "pid": P, "tid": T, "ts": ``) and the ns to add
     to its times to make them relative to its file's base; per region, location kind and
     whether a collective op is known, the event's start (``{"ph": "X", "cat": C, "name": N``),
     the category from :func:`_cat`. Every piece is written by ``json.dumps``, so the events are
@@ -283,7 +283,6 @@ def _dltrace_args(row: dict[str, Any]) -> dict[str, Any] | None:
     if row["seq"] is None:
         return None
     return {k: (int(row[k]) if isinstance(row[k], int | float) and k != "op" else row[k]) for k in DLTRACE_KEYS}
-
 
 
 def _step_args(con: duckdb.DuckDBPyConnection, window: Window) -> dict[tuple[int, int], dict[str, Any]]:
