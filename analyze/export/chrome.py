@@ -209,7 +209,7 @@ class _Encoding:
     def __init__(self, con: duckdb.DuckDBPyConnection, tracks: dict[int, tuple[Any, Any, str, int]]):
         """``tracks``: location -> (pid, tid, kind, ns to add)."""
         self.con = con
-        kinds = sorted({kind for _, _, kind, _ in tracks.values()})
+        kinds = sorted({kind for _, _, kind, _ in tracks.values() if kind is not None})
         regions = con.execute("SELECT region_id, name, category, paradigm, role FROM regions").fetchall()
         heads: dict[str, list[Any]] = {"region_id": [], "kind": [], "has_op": [], "head": []}
         for region_id, name, category, paradigm, role in regions:
