@@ -468,7 +468,8 @@ def per_rank(con: duckdb.DuckDBPyConnection, window: Window | None = None
                                                      origin - base_of[int(loc["rank"])]) for loc in locations})
     try:
         for batch in _rank_batches(con, sorted(by_rank)):
-            flows = _flows(con, batch, track, origin, ours, window)
+            made = any(rank not in files for rank in range(batch[0], batch[1] + 1))  # (files keep their flows)
+            flows = _flows(con, batch, track, origin, ours, window) if made else {}
             # last: a query on con ends the one before
             rows = _Rows(_intervals(con, batch, window, "e.args IS NULL AND e.cat IS NULL "
                                                         "AND t.kind <> 'accelerator_stream'"))
