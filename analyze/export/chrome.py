@@ -45,9 +45,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from analyze.errors import AnalyzeError
-from analyze.schema import Category
+from analyze.schema import CHROME_EVENTS, COLLECTIVES, CORRELATIONS, INTERVALS, Category
+from analyze.tables.database import BUILD_INFO
 from analyze.tables.device_phases import ACCELERATOR_PARADIGMS, DEVICE_PHASES
 from analyze.tables.phases import PHASES
+from analyze.tables.store import Store
 from traceio import chrome
 from traceio.chrome import Slice
 
@@ -143,7 +145,7 @@ def _intervals(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int], window: W
                    any_value(m.name) AS comm, any_value(m.members) AS members, any_value(c.seq) AS seq,
                    any_value(c.wait_ns) AS wait_ns, any_value(c.transfer_ns) AS transfer_ns,
                    any_value(c.ranks_matched) AS ranks_matched
-            FROM collectives c LEFT JOIN communicators m USING (comm_id)
+            FROM {_SCOPED}collectives c LEFT JOIN communicators m USING (comm_id)
             WHERE c.rank BETWEEN $r0 AND $r1 GROUP BY c.location_id, c.interval_idx)
         SELECT i.rank, i.location_id, i.idx, i.start_ns, i.end_ns, r.name, r.category, r.paradigm, r.role,
                e.cat, e.args, e.extra,
@@ -153,10 +155,10 @@ def _intervals(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int], window: W
                          AND abs(i.start_ns + t.delta) < {EXACT_NS} AND i.end_ns - i.start_ns < {EXACT_NS}
                     THEN h.head || t.track || {_us_sql("i.start_ns + t.delta")} || ', "dur": '
                          || {_us_sql("i.end_ns - i.start_ns")} || {tail} END AS encoded
-        FROM intervals i JOIN regions r USING (region_id)
-        LEFT JOIN chrome_events e ON e.location_id = i.location_id AND e.idx = i.idx
+        FROM {_SCOPED}intervals i JOIN regions r USING (region_id)
+        LEFT JOIN {_SCOPED}chrome_events e ON e.location_id = i.location_id AND e.idx = i.idx
         LEFT JOIN c ON c.location_id = i.location_id AND c.interval_idx = i.idx
-        LEFT JOIN correlations k ON k.location_id = i.location_id AND k.idx = i.idx
+        LEFT JOIN {_SCOPED}correlations k ON k.location_id = i.location_id AND k.idx = i.idx
         LEFT JOIN {_Encoding.TRACKS} t ON t.location_id = i.location_id
         LEFT JOIN {_Encoding.HEADS} h
                ON h.region_id = i.region_id AND h.kind = t.kind AND h.has_op = (c.op IS NOT NULL)
@@ -164,6 +166,29 @@ def _intervals(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int], window: W
         ORDER BY i.rank, i.location_id, i.idx
     """, params=window.params("t0", "t1", r0=ranks[0], r1=ranks[1]))
     yield from rel.to_arrow_reader(ENCODE_BATCH)
+
+
+_SCOPED = "_dltrace_export_"  # prefix of the views :func:`_scope` makes
+SCOPED_TABLES = (INTERVALS, COLLECTIVES, CHROME_EVENTS, CORRELATIONS)
+
+
+def _scope(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int]) -> None:
+    """(Re)define temporary views ``_dltrace_export_<table>`` of :data:`SCOPED_TABLES` over the
+    files of ranks ``ranks[0]`` to ``ranks[1]`` only, for the queries of one batch. The run's
+    own views list every rank's files at each query: 0.1 s a table and query at 4,096 ranks,
+    which made the export's time grow with the square of the ranks. Where the database does
+    not name its tables' folder, the views are the run's views."""
+    row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'tables'").fetchone() \
+        if con.execute(f"SELECT 1 FROM duckdb_tables() WHERE table_name = '{BUILD_INFO}'").fetchone() else None
+    store = Store(row[0]) if row and Path(row[0]).is_dir() else None
+    parts = range(ranks[0], ranks[1] + 1)
+    con.execute("; ".join(
+        store.view_sql(t, parts, f"{_SCOPED}{t.name}", temporary=True) if store is not None
+        else f"CREATE OR REPLACE TEMP VIEW {_SCOPED}{t.name} AS SELECT * FROM {t.name}" for t in SCOPED_TABLES))
+
+
+def _unscope(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("; ".join(f"DROP VIEW IF EXISTS {_SCOPED}{t.name}" for t in SCOPED_TABLES))
 
 
 ENCODE_BATCH = 50_000  # intervals fetched and encoded at a time
@@ -245,6 +270,7 @@ class _Encoding:
                     f"'{','.join(filter(None, [self.optimizers, 'build_side_probe_side']))}'")
 
     def close(self) -> None:
+        _unscope(self.con)
         self.con.execute(f"SET disabled_optimizers = '{self.optimizers}'")
         for name in (self.TRACKS, self.HEADS):
             self.con.execute(f"DROP TABLE IF EXISTS {name}")
@@ -394,6 +420,7 @@ def _merged_events(con: duckdb.DuckDBPyConnection, origin: int, base: int, windo
     encoding = _Encoding(con, {loc: (rank, tid, kinds[loc], origin - base) for loc, (rank, tid) in tid_of.items()})
     try:
         for ranks in _rank_batches(con, sorted(steps_tid)):
+            _scope(con, ranks)
             for batch in _intervals(con, ranks, window, "e.args IS NULL AND e.cat IS NULL", DLTRACE_ARGS_SQL):
                 yield _encoded(batch, event)
     finally:
@@ -468,6 +495,7 @@ def per_rank(con: duckdb.DuckDBPyConnection, window: Window | None = None
                                                      origin - base_of[int(loc["rank"])]) for loc in locations})
     try:
         for batch in _rank_batches(con, sorted(by_rank)):
+            _scope(con, batch)
             made = any(rank not in files for rank in range(batch[0], batch[1] + 1))  # (files keep their flows)
             flows = _flows(con, batch, track, origin, ours, window) if made else {}
             # last: a query on con ends the one before
@@ -551,9 +579,9 @@ def _flows(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int], track: dict[i
            origin: int, base: int, window: Window) -> dict[int, list[dict[str, Any]]]:
     """Per rank of ``ranks[0]`` to ``ranks[1]``, its flow arrows from launch to kernel."""
     out: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for rank, cid, lloc, lstart, dloc, dstart in con.execute("""
+    for rank, cid, lloc, lstart, dloc, dstart in con.execute(f"""
             SELECT rank, correlation, launch_location_id, launch_start_ns, location_id, start_ns
-            FROM correlations WHERE rank BETWEEN $r0 AND $r1 AND start_ns BETWEEN $t0 AND $t1
+            FROM {_SCOPED}correlations WHERE rank BETWEEN $r0 AND $r1 AND start_ns BETWEEN $t0 AND $t1
             ORDER BY rank, start_ns""", window.params("t0", "t1", r0=ranks[0], r1=ranks[1])).fetchall():
         for ph, loc, t in (("s", lloc, lstart), ("f", dloc, dstart)):
             pid, tid = track[loc]
