@@ -168,19 +168,25 @@ def _intervals(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int], window: W
     yield from rel.to_arrow_reader(ENCODE_BATCH)
 
 
-_SCOPED = "_dltrace_export_"  # prefix of the views :func:`_scope` makes
+_SCOPED = "_dltrace_export_"  # prefix of the temporary views and tables an export makes
 SCOPED_TABLES = (INTERVALS, COLLECTIVES, CHROME_EVENTS, CORRELATIONS)
 
 
-def _scope(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int]) -> None:
+def _store(con: duckdb.DuckDBPyConnection) -> Store | None:
+    """The store of the run's tables (the ``tables`` folder ``build_info`` names); None where
+    the database does not name one that exists."""
+    if not con.execute(f"SELECT 1 FROM duckdb_tables() WHERE table_name = '{BUILD_INFO}'").fetchone():
+        return None
+    row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'tables'").fetchone()
+    return Store(row[0]) if row and Path(row[0]).is_dir() else None
+
+
+def _scope(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int], store: Store | None) -> None:
     """(Re)define temporary views ``_dltrace_export_<table>`` of :data:`SCOPED_TABLES` over the
-    files of ranks ``ranks[0]`` to ``ranks[1]`` only, for the queries of one batch. The run's
-    own views list every rank's files at each query: 0.1 s a table and query at 4,096 ranks,
-    which made the export's time grow with the square of the ranks. Where the database does
-    not name its tables' folder, the views are the run's views."""
-    row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'tables'").fetchone() \
-        if con.execute(f"SELECT 1 FROM duckdb_tables() WHERE table_name = '{BUILD_INFO}'").fetchone() else None
-    store = Store(row[0]) if row and Path(row[0]).is_dir() else None
+    files of ranks ``ranks[0]`` to ``ranks[1]`` only in ``store`` (:func:`_store`), for the
+    queries of one batch. The run's own views list every rank's files at each query: 0.1 s a
+    table and query at 4,096 ranks, which made the export's time grow with the square of the
+    ranks. Without a store the views are the run's views."""
     parts = range(ranks[0], ranks[1] + 1)
     con.execute("; ".join(
         store.view_sql(t, parts, f"{_SCOPED}{t.name}", temporary=True) if store is not None
@@ -228,8 +234,8 @@ class _Encoding:
     the category from :func:`_cat`. Every piece is written by ``json.dumps``, so the events are
     the bytes Python would write."""
 
-    TRACKS = "_dltrace_export_tracks"
-    HEADS = "_dltrace_export_heads"
+    TRACKS = f"{_SCOPED}tracks"
+    HEADS = f"{_SCOPED}heads"
 
     def __init__(self, con: duckdb.DuckDBPyConnection, tracks: dict[int, tuple[Any, Any, str, int]]):
         """``tracks``: location -> (pid, tid, kind, ns to add)."""
@@ -418,9 +424,10 @@ def _merged_events(con: duckdb.DuckDBPyConnection, origin: int, base: int, windo
         return chrome.slice_event(s, base)
 
     encoding = _Encoding(con, {loc: (rank, tid, kinds[loc], origin - base) for loc, (rank, tid) in tid_of.items()})
+    store = _store(con)
     try:
         for ranks in _rank_batches(con, sorted(steps_tid)):
-            _scope(con, ranks)
+            _scope(con, ranks, store)
             for batch in _intervals(con, ranks, window, "e.args IS NULL AND e.cat IS NULL", DLTRACE_ARGS_SQL):
                 yield _encoded(batch, event)
     finally:
@@ -493,9 +500,10 @@ def per_rank(con: duckdb.DuckDBPyConnection, window: Window | None = None
     base_of = {rank: files[rank][0] if rank in files else ours for rank in by_rank}
     encoding = _Encoding(con, {loc["location_id"]: (*track[loc["location_id"]], loc["kind"],
                                                      origin - base_of[int(loc["rank"])]) for loc in locations})
+    store = _store(con)
     try:
         for batch in _rank_batches(con, sorted(by_rank)):
-            _scope(con, batch)
+            _scope(con, batch, store)
             made = any(rank not in files for rank in range(batch[0], batch[1] + 1))  # (files keep their flows)
             flows = _flows(con, batch, track, origin, ours, window) if made else {}
             # last: a query on con ends the one before

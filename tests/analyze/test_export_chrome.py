@@ -298,7 +298,7 @@ def test_the_merged_file_reads_ranks_in_batches_and_writes_them_as_one_rank_at_a
     doc = json.loads(texts[1])
     assert {e["pid"] for e in doc["traceEvents"] if e.get("ph") == "X"} == set(range(8))
     # a batch's queries read its ranks' files only (the run's views list every rank's files)
-    export._scope(con, (2, 3))
+    export._scope(con, (2, 3), export._store(con))
     assert con.execute("SELECT DISTINCT rank FROM _dltrace_export_intervals ORDER BY rank").fetchall() == [(2,), (3,)]
     assert "rank=5" not in con.execute("SELECT sql FROM duckdb_views() WHERE view_name = "
                                        "'_dltrace_export_collectives'").fetchone()[0]  # type: ignore[index]
@@ -309,7 +309,7 @@ def test_flows_of_a_range_of_ranks_go_to_their_own_rank(tmp_path: Path) -> None:
     con = analyze.open(two_ranks(tmp_path / "run"), db=tmp_path / "t.duckdb")
     locations = export._locations(con)
     track = {loc["location_id"]: (loc["rank"], int(loc["thread"])) for loc in locations}
-    export._scope(con, (0, 1))  # as the export does for each batch of ranks
+    export._scope(con, (0, 1), export._store(con))  # as the export does for each batch of ranks
     both = export._flows(con, (0, 1), track, 0, 0, export.Window())
     alone = {r: export._flows(con, (r, r), track, 0, 0, export.Window()) for r in (0, 1)}
     assert dict(both) == {**alone[0], **alone[1]}
