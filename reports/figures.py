@@ -62,18 +62,22 @@ def timeline_rows(tl: Timeline) -> tuple[dict[tuple[int, int], float], list[floa
     lanes = tl.lanes if tl.lanes is not None and len(tl.lanes) else None
     pos: dict[tuple[int, int], float] = {}
     rows: list[tuple[float, str, bool]] = []  # y, label, a rank's own row
+    rank_lanes: dict[int, list[tuple[int, str]]] = {}  # each rank's lanes, in order, with their labels
+    if lanes is not None:
+        firsts = lanes[lanes["part"] != "wait"].drop_duplicates(["rank", "lane"]).sort_values(
+            ["rank", "lane"], kind="stable")
+        for r, lane, text in firsts[["rank", "lane", "label"]].itertuples(index=False):
+            rank_lanes.setdefault(int(r), []).append((int(lane), str(text)))
     y = 0.0
     for r in ranks:
         y = float(r) if lanes is None else y
         pos[(r, 0)] = y
         rows.append((y, f"rank {r}", True))
         if lanes is not None:
-            mine = lanes[(lanes["rank"] == r) & (lanes["part"] != "wait")]
-            for lane, text in mine.drop_duplicates("lane").sort_values("lane")[["lane", "label"]].itertuples(
-                    index=False):
+            for lane, text in rank_lanes.get(int(r), []):
                 y += 0.8
-                pos[(r, int(lane))] = y
-                rows.append((y, str(text), False))
+                pos[(r, lane)] = y
+                rows.append((y, text, False))
             y += 1.4  # a gap before the next rank
     if len(rows) > MAX_Y_LABELS:
         every = labelled_every(len(ranks))
@@ -99,7 +103,9 @@ def timeline(tl: Timeline, label: RunLabel) -> ggplot:
     pos, breaks, tick_labels = timeline_rows(tl)
     y = tl.bars["rank"].map(lambda r: pos[(r, 0)])
     bars = tl.bars.assign(ymin=y - 0.4, ymax=y + 0.4)
-    bottom = {r: max(v for (rr, _), v in pos.items() if rr == r) for r in ranks}
+    bottom: dict[int, float] = {}  # each rank's last row
+    for (r, _), v in pos.items():
+        bottom[r] = max(v, bottom.get(r, v))
     marks = tl.steps.assign(y0=tl.steps["rank"].map(lambda r: pos[(r, 0)]) - 0.47,
                             y1=tl.steps["rank"].map(bottom) + 0.47)
     first = tl.steps[tl.steps["rank"] == ranks[0]]

@@ -5,12 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import analyze
-from analyze.tables.phases import N_LEVELS, PHASES, _mask_codes, sweep, sweep_numpy
+from analyze.tables.phases import (
+    N_LEVELS,
+    PHASES,
+    _mask_codes,
+    sweep,
+    sweep_intervals,
+    sweep_intervals_of_ranks,
+    sweep_numpy,
+)
 from tests.literal import write_literal
 from traceio import codec
 
@@ -164,3 +173,43 @@ def test_large_sweep_is_the_same_both_ways() -> None:
     expected = sweep_numpy(start, end, level, step_start, step_end)
     np.testing.assert_array_equal(sweep(start, end, level, step_start, step_end), expected)
     assert expected.sum() == step_end[-1] - step_start[0]
+
+
+@st.composite
+def ranks_of(draw):  # type: ignore[no-untyped-def]
+    """Segments and steps of a few ranks (numbers not consecutive), rows in any rank order."""
+    numbers = draw(st.lists(st.integers(0, 5000), min_size=1, max_size=5, unique=True))
+    seg_rows, step_rows = [], []
+    for rank in numbers:
+        for a, d, lv in draw(st.lists(segment, max_size=15)):
+            seg_rows.append((rank, a, a + d, lv))
+        starts, ends = draw(steps())
+        step_rows += [(rank, int(a), int(b)) for a, b in zip(starts, ends, strict=True)]
+    seg_rows = draw(st.permutations(seg_rows))
+    segs = pd.DataFrame(seg_rows or np.zeros((0, 4), np.int64), columns=["rank", "start", "end", "level"])
+    step_df = pd.DataFrame(step_rows or np.zeros((0, 3), np.int64), columns=["rank", "start_ns", "end_ns"])
+    return segs, step_df.sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def _rank_by_rank(segs: pd.DataFrame, step_df: pd.DataFrame) -> pd.DataFrame:
+    parts = [sweep_intervals(*(segs.loc[segs["rank"] == rank, c].to_numpy(np.int64) for c in ("start", "end", "level")),
+                             rs["start_ns"].to_numpy(np.int64), rs["end_ns"].to_numpy(np.int64)).assign(rank=rank)
+             for rank, rs in step_df.groupby("rank")]
+    out = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(columns=["start_ns", "end_ns", "phase", "rank"])
+    return out[["start_ns", "end_ns", "phase", "rank"]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(ranks_of())
+def test_one_sweep_of_every_rank_is_each_ranks_own(data) -> None:  # type: ignore[no-untyped-def]
+    """The timeline's single sweep over all ranks (each moved to a span of its own) gives
+    each rank's pieces exactly as a sweep of that rank alone; so does its rank-by-rank way
+    for spans too long to share int64."""
+    segs, step_df = data
+    if step_df.empty:
+        return
+    t0, t1 = int(step_df["start_ns"].min()), int(step_df["end_ns"].max())
+    want = _rank_by_rank(segs, step_df)
+    for lo, hi in ((t0, t1), (t0 - (1 << 62), t1)):  # the second: too long a span for one sweep
+        got = sweep_intervals_of_ranks(segs, step_df, lo, hi)
+        pd.testing.assert_frame_equal(got.reset_index(drop=True), want.reset_index(drop=True), check_dtype=False)

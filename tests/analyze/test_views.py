@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from analyze.views import warmup_end
+from analyze import views
+from analyze.tables.phases import PHASES
+from analyze.views import _coverage, warmup_end
 
 
 def test_first_step_and_first_tenth_are_warm_up() -> None:
@@ -22,3 +28,53 @@ def test_a_late_compile_extends_warm_up() -> None:
     # a slow step late in the run is not warm-up
     d = np.array([30.0] + [1.0] * 10 + [20.0] + [1.0] * 8)
     assert warmup_end(d) == 2
+
+
+interval = st.tuples(st.floats(0, 40, allow_nan=False), st.floats(0, 12, allow_nan=False))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(interval, max_size=30), st.integers(1, 50))
+def test_bin_coverage_is_exact_where_nothing_is(pieces, n) -> None:  # type: ignore[no-untyped-def]
+    """Each bin gets the length of the intervals inside it; a bin no interval reaches gets
+    exactly 0 (an integral of the indicator left 1e-11 there: bars where a rank had nothing)."""
+    s = np.array([min(a, n) for a, _ in pieces], dtype=float)
+    e = np.array([min(a + d, n) for a, d in pieces], dtype=float)
+    got = _coverage(s, e, n)
+    want = np.array([sum(max(0.0, min(b, j + 1) - max(a, j)) for a, b in zip(s, e, strict=True))
+                     for j in range(n)])
+    assert got == pytest.approx(want, abs=1e-9)
+    touched = np.zeros(n, bool)
+    for a, b in zip(s, e, strict=True):
+        if b > a:
+            touched[int(np.floor(a)):int(np.ceil(b))] = True
+    assert (got[~touched] == 0).all()
+
+
+def _phase_bars(rng: np.random.Generator, ranks: int) -> pd.DataFrame:
+    rows = []
+    for rank in rng.choice(10_000, ranks, replace=False):
+        t = 0.0
+        for _ in range(rng.integers(0, 40)):
+            t += rng.exponential(3e4)
+            d = rng.exponential(5e4)
+            rows.append((int(rank), t, min(t + d, 1e6), str(PHASES[rng.integers(0, len(PHASES))])))
+            t += d
+    bars = pd.DataFrame(rows, columns=["rank", "start_ns", "end_ns", "phase"])
+    return bars[bars["start_ns"] < 1e6].sort_values(["rank", "start_ns"], kind="stable").reset_index(drop=True)
+
+
+def test_ranks_binned_in_batches_are_binned_as_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Binning many ranks a batch at a time gives each rank the bins it gets alone, and no
+    bin where the rank has nothing."""
+    bars = _phase_bars(np.random.default_rng(7), 40)
+    monkeypatch.setattr(views, "BIN_CELLS", 3 * len(PHASES) * 101)  # batches of 3 ranks
+    got, width = views._binned(bars, 0, 1_000_000, 100)
+    assert width == 10_000
+    alone = pd.concat([views._binned(b, 0, 1_000_000, 100)[0] for _, b in bars.groupby("rank")], ignore_index=True)
+    pd.testing.assert_frame_equal(got, alone, check_dtype=False)
+    assert got["rank"].nunique() == bars["rank"].nunique()
+    for rank, mine in got.groupby("rank"):  # every binned bar overlaps one of the rank's bars
+        raw = bars[bars["rank"] == rank]
+        for a, b in zip(mine["start_ns"], mine["end_ns"], strict=True):
+            assert ((raw["start_ns"] < b) & (raw["end_ns"] > a)).any()

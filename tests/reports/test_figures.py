@@ -132,24 +132,24 @@ def test_stragglers_count_instances_per_op() -> None:
                                       {"op": "allreduce", "rank": 1, "times_last": 0, "instances": 2}]
 
 
-def synthetic_db(n_steps: int, per_step: int) -> duckdb.DuckDBPyConnection:
-    """A database with the schema's tables: one rank, ``per_step`` alternating forward and
-    all-reduce regions per 1 ms step (built in SQL, no archive)."""
+def synthetic_db(n_steps: int, per_step: int, ranks: int = 1) -> duckdb.DuckDBPyConnection:
+    """A database with the schema's tables: ``ranks`` ranks, each with ``per_step``
+    alternating forward and all-reduce regions per 1 ms step (built in SQL, no archive)."""
     con = duckdb.connect()
     for t in TABLES:
         con.execute(t.ddl())
-    con.execute("INSERT INTO runs (run_name, ranks, params) VALUES ('big', 1, '{}')")
-    con.execute("INSERT INTO locations VALUES (0, 0, 0, 'main', 'cpu_thread', true, 0)")
+    con.execute(f"INSERT INTO runs (run_name, ranks, params) VALUES ('big', {ranks}, '{{}}')")
+    con.execute(f"INSERT INTO locations SELECT r, r, 0, 'main', 'cpu_thread', true, 0 FROM range({ranks}) t(r)")
     con.execute("""INSERT INTO regions (region_id, name, canonical_name, paradigm, role, category, source_file,
                    begin_line) VALUES (0, 'dltrace.forward', '', 'user', 'function', 'forward', NULL, NULL),
                    (1, 'MPI_Allreduce', '', 'mpi', 'coll_all2all', 'collective', NULL, NULL)""")
     width = 1_000_000 // per_step
     con.execute(f"""
-        INSERT INTO intervals SELECT 0, 0, i, NULL, 0, i % 2, i * {width}, (i + 1) * {width} - 1,
+        INSERT INTO intervals SELECT r, r, i, NULL, 0, i % 2, i * {width}, (i + 1) * {width} - 1,
                                      {width} - 1, {width} - 1, false
-        FROM range({n_steps * per_step}) t(i)""")
-    con.execute(f"""INSERT INTO steps SELECT 0, s, s * 1000000, (s + 1) * 1000000, 1000000, 'marker'
-                    FROM range({n_steps}) t(s)""")
+        FROM range({ranks}) a(r), range({n_steps * per_step}) t(i)""")
+    con.execute(f"""INSERT INTO steps SELECT r, s, s * 1000000, (s + 1) * 1000000, 1000000, 'marker'
+                    FROM range({ranks}) a(r), range({n_steps}) t(s)""")
     return con
 
 
@@ -161,3 +161,7 @@ def test_timeline_aggregates_above_max_bars() -> None:
     assert tl.note and "aggregated" in tl.note
     full = views.timeline(con, (0, 4), max_bars=10_000)
     assert full.bin_ms is None and full.intervals == len(full.bars) > 100
+    # many ranks of a few intervals each: bins of each rank would draw no fewer bars
+    many = views.timeline(synthetic_db(n_steps=4, per_step=1, ranks=300), (0, 4), max_bars=1_000, bins=50)
+    assert many.bin_ms is None and many.note is None and many.intervals == len(many.bars) > 1_000
+    assert sorted(many.bars["rank"].unique()) == list(range(300))
