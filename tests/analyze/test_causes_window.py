@@ -9,6 +9,7 @@ import pytest
 
 import analyze
 from analyze.tables.causes.region_time import NO_REGION, region_times
+from analyze.tables.causes.window import split_by_rank
 from tests.literal import write_literal
 
 MS = 1_000_000
@@ -82,3 +83,13 @@ def test_phases_alone_leave_the_cause_tables_to_the_first_verb_that_reads_them(t
     assert database.has_causes(paths) and paths.db.stat().st_mtime_ns != built
     assert db.execute("select rank, idle_ns from delays").fetchall() == [(0, 3 * MS)]
     assert db.execute("select count(*) from phases").fetchall() == [(10,)]  # the rest as it was
+
+
+def test_rows_split_by_rank_keep_their_order() -> None:
+    """The cause passes split their rows by rank once (not a mask per rank): each rank gets
+    its rows in their order, whatever order the ranks come in."""
+    rank = np.array([3, 1, 3, 0, 1, 3])
+    got = split_by_rank({"rank": rank, "value": np.arange(6)})
+    assert list(got) == [0, 1, 3]
+    assert {r: list(c["value"]) for r, c in got.items()} == {0: [3], 1: [1, 4], 3: [0, 2, 5]}
+    assert split_by_rank({"rank": np.zeros(0, np.int64)}) == {}

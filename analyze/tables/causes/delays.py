@@ -28,7 +28,14 @@ import pandas as pd
 
 from analyze.schema import CauseKind
 from analyze.tables.causes.region_time import NO_REGION
-from analyze.tables.causes.window import IDLE, RankWindow, StepIndex, Window, sync_start
+from analyze.tables.causes.window import (
+    IDLE,
+    RankWindow,
+    StepIndex,
+    Window,
+    split_by_rank,
+    sync_start,
+)
 
 LATE_START = -2  # pseudo region of the excess (b): the cause's interval began later
 COLUMNS = ["rank", "step", "op", "is_async", "comm_id", "seq", "wait_enter_ns", "idle_start_ns",
@@ -36,11 +43,11 @@ COLUMNS = ["rank", "step", "op", "is_async", "comm_id", "seq", "wait_enter_ns", 
            "excess_ns", "idle_ns"]
 
 
-def owners(rw: RankWindow, start: np.ndarray, end: np.ndarray, sync: np.ndarray) -> pd.DataFrame:
+def owners(rw: RankWindow, start: np.ndarray, end: np.ndarray, sync: np.ndarray) -> dict[str, np.ndarray]:
     """Which wait each idle elementary interval of the rank belongs to.
 
-    ``start``/``end``/``sync``: the rank's waits. Returns wait (index into them), step
-    (index into the window's steps), idle_ns, idle_start_ns, idle_end_ns.
+    ``start``/``end``/``sync``: the rank's waits. Returns columns wait (index into them),
+    step (index into the window's steps), idle_ns, idle_start_ns, idle_end_ns.
     """
     idle = (rw.codes == IDLE) & (rw.step_of >= 0) if len(rw.bounds) > 1 else np.zeros(0, bool)
     j = np.flatnonzero(idle)
@@ -57,11 +64,11 @@ def owners(rw: RankWindow, start: np.ndarray, end: np.ndarray, sync: np.ndarray)
     left, right, owner, step = left[order], right[order], owner[order], step[order]
     if len(order) == 0:
         first = np.zeros(0, np.int64)
-        return pd.DataFrame({c: first for c in ("wait", "step", "idle_ns", "idle_start_ns", "idle_end_ns")})
-    return pd.DataFrame({"wait": owner[first], "step": step[first],
-                         "idle_ns": np.add.reduceat(right - left, first),
-                         "idle_start_ns": np.minimum.reduceat(left, first),
-                         "idle_end_ns": np.maximum.reduceat(right, first)})
+        return {c: first for c in ("wait", "step", "idle_ns", "idle_start_ns", "idle_end_ns")}
+    return {"wait": owner[first], "step": step[first],
+            "idle_ns": np.add.reduceat(right - left, first),
+            "idle_start_ns": np.minimum.reduceat(left, first),
+            "idle_end_ns": np.maximum.reduceat(right, first)}
 
 
 def _latest_ending(bounds: np.ndarray, start: np.ndarray, end: np.ndarray, j: np.ndarray,
@@ -102,22 +109,28 @@ def idle_waits(win: Window) -> pd.DataFrame:
     """One row per wait and step with idle time: the wait's columns, its step, idle_ns,
     idle_start_ns, idle_end_ns (the first and last instant of its idle time)."""
     waits = _waits(win)
-    parts = []
+    of_rank = split_by_rank({"rank": waits["rank"].to_numpy(np.int64), "row": np.arange(len(waits)),
+                             "start": waits["start"].to_numpy(np.int64), "end": waits["end"].to_numpy(np.int64),
+                             "sync": waits["sync"].to_numpy(bool)})
+    idle_columns = ("idle_ns", "idle_start_ns", "idle_end_ns")
+    rows, steps, idle = [], [], {c: [] for c in idle_columns}  # type: ignore[var-annotated]
     for rank, rw in win.ranks.items():
-        mine = waits[waits["rank"] == rank].reset_index(drop=True)
-        if mine.empty:
+        if rank not in of_rank:
             continue
-        own = owners(rw, mine["start"].to_numpy(np.int64), mine["end"].to_numpy(np.int64),
-                     mine["sync"].to_numpy(bool))
-        own = own[own["wait"] >= 0]
-        got = mine.iloc[own["wait"].to_numpy()].reset_index(drop=True)
-        got["step"] = rw.steps[own["step"].to_numpy()]
-        for col in ("idle_ns", "idle_start_ns", "idle_end_ns"):
-            got[col] = own[col].to_numpy()
-        parts.append(got)
-    if not parts:
-        return pd.DataFrame(columns=[*waits.columns, "step", "idle_ns", "idle_start_ns", "idle_end_ns"])
-    return pd.concat(parts, ignore_index=True)
+        mine = of_rank[rank]
+        own = owners(rw, mine["start"], mine["end"], mine["sync"])
+        found = own["wait"] >= 0
+        rows.append(mine["row"][own["wait"][found]])
+        steps.append(rw.steps[own["step"][found]])
+        for c in idle_columns:
+            idle[c].append(own[c][found])
+    if not rows:
+        return pd.DataFrame(columns=[*waits.columns, "step", *idle_columns])
+    got = waits.iloc[np.concatenate(rows)].reset_index(drop=True)
+    got["step"] = np.concatenate(steps).astype(np.int64)
+    for c in idle_columns:
+        got[c] = np.concatenate(idle[c]).astype(np.int64)
+    return got
 
 
 def split(total: np.ndarray, group: np.ndarray, weight: np.ndarray) -> np.ndarray:
