@@ -165,3 +165,12 @@ def test_timeline_aggregates_above_max_bars() -> None:
     many = views.timeline(synthetic_db(n_steps=4, per_step=1, ranks=300), (0, 4), max_bars=1_000, bins=50)
     assert many.bin_ms is None and many.note is None and many.intervals == len(many.bars) > 1_000
     assert sorted(many.bars["rank"].unique()) == list(range(300))
+
+
+def test_a_timeline_of_many_ranks_has_no_lanes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Lanes are drawn up to MAX_LANE_RANKS ranks; beyond, their query is not even run."""
+    con = synthetic_db(n_steps=4, per_step=2, ranks=8)
+    assert views.timeline(con, (0, 4)).lanes is not None
+    monkeypatch.setattr(views, "MAX_LANE_RANKS", 7)
+    monkeypatch.setattr(views, "region_lanes", lambda *a: pytest.fail("lanes queried"))
+    assert views.timeline(con, (0, 4)).lanes is None

@@ -138,6 +138,7 @@ def test_the_waits_summed_in_sql_are_those_of_every_instance(fixture: str, tmp_p
     key = ["op", "comm_id", "seq", "rank"]
     assert len(sample.merge(every, on=[*key, "wait_ms", "arrived_last"])) == len(sample)  # rows of the run
     assert views.waits_summary(db, 25)[0].equals(sample)  # the same sample each time
+    assert not db.execute("SELECT * FROM duckdb_tables() WHERE temporary").fetchall()  # its table is gone
     drawn(figures.collective_waits(sample, counts, LABEL, boxes))
 
 
