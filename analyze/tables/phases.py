@@ -239,6 +239,22 @@ def sweep_intervals_of_ranks(segs: pd.DataFrame, steps: pd.DataFrame, t0: int, t
                          "phase": iv["phase"], "rank": step_rank[at]})
 
 
+def split_by_rank(main: Mapping[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
+    """The columns of each rank, rows in their order (slices, not copies, when the rows come
+    grouped by rank): one sort for every rank, not a mask per rank (which reads every row
+    once per rank: seconds at 4,096 ranks)."""
+    rank = main["rank"]
+    if not len(rank):  # no main-thread communication or markers in the window (a Kineto trace's)
+        return {}
+    if (np.diff(rank) < 0).any():
+        order = np.argsort(rank, kind="stable")
+        main = {k: v[order] for k, v in main.items()}
+        rank = main["rank"]
+    values, first = np.unique(rank, return_index=True)
+    last = np.append(first[1:], len(rank))
+    return {int(r): {k: v[a:b] for k, v in main.items()} for r, a, b in zip(values, first, last, strict=True)}
+
+
 def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | None = None,
              ranks: Sequence[int] | None = None) -> pd.DataFrame:
     """The segments of every rank (or of ``ranks``): int64 columns rank, start, end, level;
@@ -249,7 +265,13 @@ def segments(con: duckdb.DuckDBPyConnection, t0: int | None = None, t1: int | No
     """
     where = ""
     if ranks is not None:
-        where = "AND {rank} IN (" + ", ".join(str(int(r)) for r in ranks) + ")" if len(ranks) else "AND false"
+        listed = sorted({int(r) for r in ranks})
+        if not listed:
+            where = "AND false"
+        elif listed[-1] - listed[0] + 1 == len(listed):  # consecutive ranks: a range DuckDB prunes files by
+            where = f"AND {{rank}} BETWEEN {listed[0]} AND {listed[-1]}"  # (an IN list of 1,024: 1.2 s a query)
+        else:
+            where = "AND {rank} IN (" + ", ".join(str(r) for r in listed) + ")"
     whole = t0 is None and t1 is None  # no window: no time filter for DuckDB to evaluate
     window = {} if whole else {"lo": -(1 << 62) if t0 is None else int(t0),
                                "hi": (1 << 62) if t1 is None else int(t1)}

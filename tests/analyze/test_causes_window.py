@@ -9,7 +9,7 @@ import pytest
 
 import analyze
 from analyze.tables.causes.region_time import NO_REGION, region_times
-from analyze.tables.causes.window import split_by_rank
+from analyze.tables.phases import split_by_rank
 from tests.literal import write_literal
 
 MS = 1_000_000

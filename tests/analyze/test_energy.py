@@ -249,3 +249,27 @@ def test_phase_pieces_with_nothing_inside_a_step() -> None:
 
     pieces = sweep_intervals(np.array([0]), np.array([10]), np.array([5]), np.array([20]), np.array([20]))
     assert len(pieces) == 0 and list(pieces.columns) == ["start_ns", "end_ns", "phase", "step"]
+
+
+def test_ranks_are_attributed_in_batches_with_the_same_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The energy of every rank comes from one segments query per window of steps, not one
+    per rank (which read every rank's files each time: 30 s at 256 ranks); batches of one
+    rank and windows of one step give the same rows."""
+    from analyze.tables import energy
+
+    run = trace(tmp_path / "run")
+    tables = ("energy_steps", "energy_phases")
+
+    def rows(db: duckdb.DuckDBPyConnection) -> dict[str, list[tuple]]:
+        return {t: db.execute(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in tables}
+
+    calls = []
+    counted = energy.segments
+    monkeypatch.setattr(energy, "segments", lambda *a, **k: calls.append(k.get("ranks")) or counted(*a, **k))
+    whole = rows(analyze.open(run, force=True))
+    assert len(calls) == 1 and list(calls[0]) == [0, 1]  # both ranks in one query
+    assert all(whole.values())
+    calls.clear()
+    monkeypatch.setattr(energy, "WINDOW_SEGMENTS", 1)  # a rank per batch, a step per window
+    assert rows(analyze.open(run, force=True)) == whole
+    assert len(calls) == 2 * STEPS and all(len(r) == 1 for r in calls)

@@ -33,9 +33,9 @@ from analyze.tables.causes.window import (
     RankWindow,
     StepIndex,
     Window,
-    split_by_rank,
     sync_start,
 )
+from analyze.tables.phases import split_by_rank
 
 LATE_START = -2  # pseudo region of the excess (b): the cause's interval began later
 COLUMNS = ["rank", "step", "op", "is_async", "comm_id", "seq", "wait_enter_ns", "idle_start_ns",

@@ -28,9 +28,9 @@ from analyze.tables.causes.window import (
     RankWindow,
     Window,
     coverage,
-    split_by_rank,
     step_index,
 )
+from analyze.tables.phases import split_by_rank
 
 ALL = "all"
 

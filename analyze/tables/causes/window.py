@@ -17,7 +17,7 @@ memory stays bounded whatever the trace length.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import duckdb
@@ -26,6 +26,7 @@ import pandas as pd
 
 from analyze.schema import Category, Rule
 from analyze.tables import phases
+from analyze.tables.phases import split_by_rank
 
 WINDOW_INTERVALS = 2_000_000  # main-thread intervals per window (as phases.WINDOW_SEGMENTS)
 PER_SAMPLE = (Category.DATALOADER, Category.FORWARD, Category.BACKWARD)
@@ -221,22 +222,6 @@ def _rank_window(rank: int, st: pd.DataFrame, segs: dict[str, np.ndarray], m: di
     step_of = step_index(bounds[:-1], step_start, step_end) if len(bounds) > 1 else np.zeros(0, np.int64)
     return RankWindow(rank, st["step"].to_numpy(np.int64), step_start, step_end, bounds, codes, step_of,
                       blocking, per_sample)
-
-
-def split_by_rank(main: Mapping[str, np.ndarray]) -> dict[int, dict[str, np.ndarray]]:
-    """The columns of each rank, rows in their order (slices, not copies, when the rows come
-    grouped by rank): one sort for every rank, not a mask per rank (which reads every row
-    once per rank: seconds at 4,096 ranks)."""
-    rank = main["rank"]
-    if not len(rank):  # no main-thread communication or markers in the window (a Kineto trace's)
-        return {}
-    if (np.diff(rank) < 0).any():
-        order = np.argsort(rank, kind="stable")
-        main = {k: v[order] for k, v in main.items()}
-        rank = main["rank"]
-    values, first = np.unique(rank, return_index=True)
-    last = np.append(first[1:], len(rank))
-    return {int(r): {k: v[a:b] for k, v in main.items()} for r, a, b in zip(values, first, last, strict=True)}
 
 
 def windows(con: duckdb.DuckDBPyConnection, steps: StepIndex) -> Iterator[Window]:
