@@ -146,7 +146,7 @@ def write(pages: list[Page], out: Path, png: bool = False) -> list[Path]:
             with PdfPages(tmp) as pdf:
                 for page in pages:
                     fig = page.plot.draw()
-                    pdf.savefig(fig)
+                    pdf.savefig(fig, dpi=PNG_DPI)  # the resolution of any part drawn as an image
                     if png:
                         path = out.with_name(f"{out.stem}-{page.slug}.png")
                         fig.savefig(path, dpi=PNG_DPI)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import duckdb
 import matplotlib
 import pandas as pd
@@ -11,7 +13,8 @@ from matplotlib import pyplot as plt
 from analyze import views
 from analyze.schema import TABLES
 from analyze.views import RunLabel, Timeline
-from reports import figures
+from reports import figures, report
+from reports.page import Page
 from reports.theme import PHASE_COLORS, PHASE_LABELS
 
 matplotlib.use("Agg")
@@ -174,3 +177,16 @@ def test_a_timeline_of_many_ranks_has_no_lanes(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(views, "MAX_LANE_RANKS", 7)
     monkeypatch.setattr(views, "region_lanes", lambda *a: pytest.fail("lanes queried"))
     assert views.timeline(con, (0, 4)).lanes is None
+
+
+def test_a_timeline_of_many_bars_draws_them_as_an_image(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Past RASTER_BARS phase bars the PDF holds them as one image at the PNG resolution
+    (labels stay text); fewer stay rectangles."""
+    tl = views.timeline(synthetic_db(n_steps=4, per_step=50), (0, 4), max_bars=10_000)
+    assert not figures.timeline(tl, LABEL).layers[0].raster
+    monkeypatch.setattr(figures, "RASTER_BARS", len(tl.bars) - 1)
+    plot = figures.timeline(tl, LABEL)
+    assert plot.layers[0].raster
+    out = tmp_path / "t.pdf"
+    report.write([Page("timeline", plot)], out)
+    assert out.read_bytes().count(b"/Subtype /Image") == 1
