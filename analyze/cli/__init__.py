@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from analyze import heap
@@ -37,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     except AnalyzeError as e:
         print(f"analyze: {e}", file=sys.stderr)
         return e.exit_status
+    except BrokenPipeError:  # `analyze phases RUN | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return 0
     except OSError as e:  # a path the user gave that cannot be read or written
         if e.filename is None:
             raise

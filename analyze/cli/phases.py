@@ -36,21 +36,36 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, metavar="N",
                    help="worker threads (local) or processes (dask's own cluster, slurm); "
                    "default: one per core")
+    p.add_argument("--all-ranks", action="store_true",
+                   help=f"print every rank (default: above {MAX_PRINTED_RANKS} ranks, groups of "
+                   "consecutive ranks, each row their mean)")
     p.set_defaults(command=run)
 
 
-def read(con: Any) -> tuple[Any, ...]:
-    """What ``analyze phases`` prints, from a run's database."""
+MAX_PRINTED_RANKS = 64  # ranks printed one a row; more: groups of consecutive ranks
+GROUPS = 32  # rows printed for a run of more ranks
+
+
+def read(con: Any, all_ranks: bool = True) -> tuple[Any, ...]:
+    """What ``analyze phases`` prints, from a run's database: per rank, or without
+    ``all_ranks`` above :data:`MAX_PRINTED_RANKS` ranks per group of consecutive ranks (the
+    tables' first column is then ``ranks``, a label, and the energy's ``rank`` a group)."""
     from analyze import background, power
     from analyze.tables import device_phases, phases
+    from analyze.tables.steps import per_bin
 
-    table = phases.summary(con)
+    (ranks, top), = con.execute("SELECT count(DISTINCT rank), coalesce(max(rank) + 1, 0) FROM steps").fetchall()
+    per = 1 if all_ranks or ranks <= MAX_PRINTED_RANKS else per_bin(top, GROUPS)
+    table = phases.summary(con, per)
     source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
     horovod = background.summary(con) if background.available(con) else None
     energy = power.per_rank(con) if power.available(con) else None
-    device = device_phases.summary(con)
+    if energy is not None and per > 1:  # each group's mean energy per step and power
+        energy = energy.assign(rank=energy["rank"] // per).groupby("rank", as_index=False).agg(
+            {"step_j": "mean", "power_w": "mean", **{f"{p}_j": "sum" for p in power.PHASE_COLUMNS}})
+    device = device_phases.summary(con, per)
     ranks_from = con.execute("SELECT value FROM build_info WHERE key = 'ranks_from'").fetchone()
-    return table, source, horovod, energy, device, ranks_from
+    return table, source, horovod, energy, device, ranks_from, (ranks, per)
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -65,22 +80,30 @@ def run(ns: argparse.Namespace) -> int:
     def engine() -> Engine:
         return make(ns.engine, workers=ns.workers, scheduler=ns.scheduler)
 
+    def reader(con: Any) -> tuple[Any, ...]:
+        return read(con, ns.all_ranks)
+
     options = {"db": ns.db, "force": ns.force, "step_region": ns.step_region, "patterns": ns.patterns}
     if ns.scheduler == "mpi":
         # every rank but one becomes the cluster here, before anything else happens
         ready = engine()
         try:
-            paths, (table, source, horovod, energy, device, ranks_from) = database.built(
-                ns.run, read, engine=ready, **options)
+            paths, (table, source, horovod, energy, device, ranks_from, (ranks, per_group)) = database.built(
+                ns.run, reader, engine=ready, **options)
         finally:
             ready.close()
     else:  # made only if the tables need building
-        paths, (table, source, horovod, energy, device, ranks_from) = database.built(
-            ns.run, read, engine=engine, **options)
+        paths, (table, source, horovod, energy, device, ranks_from, (ranks, per_group)) = database.built(
+            ns.run, reader, engine=engine, **options)
     if energy is not None and len(energy):  # the trace has power: energy columns too
         per = energy.set_index("rank")
-        table["step_J"] = table["rank"].map(per["step_j"]).round(2)
-        table["W"] = table["rank"].map(per["power_w"]).round(1)
+        # a group's row: the group of its first rank (energy's rank is the group there)
+        key = table["rank"] if per_group == 1 else table["ranks"].str.split("-").str[0].astype(int) // per_group
+        table["step_J"] = key.map(per["step_j"]).round(2)
+        table["W"] = key.map(per["power_w"]).round(1)
+    if per_group > 1:
+        print(f"{ranks:,} ranks in groups of {per_group} consecutive ranks, each row their mean "
+              "(--all-ranks prints every rank)")
     print(table.to_string(index=False, na_rep="0.0"))
     if energy is not None and len(energy):
         split = {p: energy[f"{p}_j"].sum() for p in power.PHASE_COLUMNS}

@@ -171,17 +171,29 @@ def device_breakdown(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["rank", "idle_ns", "compute_ns", "non_compute_ns", "span_ns"])
 
 
-def summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Per rank with accelerator streams: steps and each device phase as a percentage of step time."""
+def summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
+    """Per rank with accelerator streams: steps and each device phase as a percentage of step
+    time; with ``per`` > 1 per group of consecutive ranks, as :func:`.phases.summary`."""
     found = con.execute("SELECT EXISTS (SELECT 1 FROM device_phases)").fetchone()
+    first = ["rank", "steps"] if per == 1 else ["ranks", "steps/rank"]
     if not (found and found[0]):  # most traces have no accelerator streams: no aggregation of steps
-        return pd.DataFrame(columns=["rank", "steps", *(f"{p}%" for p in DEVICE_PHASES)])
+        return pd.DataFrame(columns=[*first, *(f"{p}%" for p in DEVICE_PHASES)])
     cols = ", ".join(
         f"round(100.0 * sum(CASE WHEN phase = '{p}' THEN duration_ns END) / nullif(total, 0), 1) AS \"{p}%\""
         for p in DEVICE_PHASES)
+    if per == 1:
+        return con.execute(f"""
+            WITH s AS (SELECT rank, count(*) AS steps, sum(duration_ns) AS total FROM steps GROUP BY rank)
+            SELECT s.rank, s.steps, {cols}
+            FROM s JOIN device_phases d USING (rank)
+            GROUP BY s.rank, s.steps, s.total ORDER BY s.rank
+        """).df()
     return con.execute(f"""
-        WITH s AS (SELECT rank, count(*) AS steps, sum(duration_ns) AS total FROM steps GROUP BY rank)
-        SELECT s.rank, s.steps, {cols}
-        FROM s JOIN device_phases d USING (rank)
-        GROUP BY s.rank, s.steps, s.total ORDER BY s.rank
+        WITH s AS (SELECT rank // {int(per)} AS g, min(rank) AS first, max(rank) AS last,
+                          count(*) / count(DISTINCT rank) AS steps, sum(duration_ns) AS total
+                   FROM steps WHERE rank IN (SELECT rank FROM device_phases) GROUP BY g)
+        SELECT CASE WHEN first = last THEN first::VARCHAR ELSE first || '-' || last END AS ranks,
+               round(s.steps, 1) AS "steps/rank", {cols}
+        FROM s JOIN device_phases d ON d.rank // {int(per)} = s.g
+        GROUP BY s.g, s.first, s.last, s.steps, s.total ORDER BY s.g
     """).df()

@@ -510,18 +510,30 @@ def phase_rows(rank: int, steps: np.ndarray, totals: np.ndarray) -> dict[str, np
     }
 
 
-def summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Per rank: steps, mean step time, and each phase as a percentage of step time."""
-    return con.execute("""
-        WITH s AS (SELECT rank, count(*) AS steps, avg(duration_ns) / 1e6 AS step_ms,
-                          sum(duration_ns) AS total FROM steps GROUP BY rank),
-             p AS (SELECT rank, phase, sum(duration_ns) AS ns FROM phases GROUP BY rank, phase)
-        SELECT s.rank, s.steps, round(s.step_ms, 3) AS step_ms,
-               round(100.0 * sum(CASE WHEN phase = 'compute' THEN ns END) / nullif(total, 0), 1) AS "compute%",
-               round(100.0 * sum(CASE WHEN phase = 'allreduce' THEN ns END) / nullif(total, 0), 1) AS "allreduce%",
-               round(100.0 * sum(CASE WHEN phase = 'other_comm' THEN ns END) / nullif(total, 0), 1) AS "other_comm%",
-               round(100.0 * sum(CASE WHEN phase = 'idle' THEN ns END) / nullif(total, 0), 1) AS "idle%",
-               round(100.0 * sum(CASE WHEN phase = 'other' THEN ns END) / nullif(total, 0), 1) AS "other%"
-        FROM s LEFT JOIN p USING (rank)
-        GROUP BY s.rank, s.steps, s.step_ms, s.total ORDER BY s.rank
+def summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
+    """Per rank: steps, mean step time, and each phase as a percentage of step time.
+
+    With ``per`` > 1, per group of ``per`` consecutive rank numbers (rank // per): ``ranks``
+    (first-last), steps per rank, the mean step and each phase's share of the group's time."""
+    pct = ",\n".join(
+        f"round(100.0 * sum(CASE WHEN phase = '{p}' THEN ns END) / nullif(total, 0), 1) AS \"{p}%\""
+        for p in PHASE_NAMES)
+    if per == 1:
+        return con.execute(f"""
+            WITH s AS (SELECT rank, count(*) AS steps, avg(duration_ns) / 1e6 AS step_ms,
+                              sum(duration_ns) AS total FROM steps GROUP BY rank),
+                 p AS (SELECT rank, phase, sum(duration_ns) AS ns FROM phases GROUP BY rank, phase)
+            SELECT s.rank, s.steps, round(s.step_ms, 3) AS step_ms, {pct}
+            FROM s LEFT JOIN p USING (rank)
+            GROUP BY s.rank, s.steps, s.step_ms, s.total ORDER BY s.rank
+        """).df()
+    return con.execute(f"""
+        WITH s AS (SELECT rank // {int(per)} AS g, min(rank) AS first, max(rank) AS last,
+                          count(*) / count(DISTINCT rank) AS steps, avg(duration_ns) / 1e6 AS step_ms,
+                          sum(duration_ns) AS total FROM steps GROUP BY g),
+             p AS (SELECT rank // {int(per)} AS g, phase, sum(duration_ns) AS ns FROM phases GROUP BY g, phase)
+        SELECT CASE WHEN first = last THEN first::VARCHAR ELSE first || '-' || last END AS ranks,
+               round(s.steps, 1) AS "steps/rank", round(s.step_ms, 3) AS step_ms, {pct}
+        FROM s LEFT JOIN p USING (g)
+        GROUP BY s.g, s.first, s.last, s.steps, s.step_ms, s.total ORDER BY s.g
     """).df()

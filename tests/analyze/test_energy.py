@@ -273,3 +273,34 @@ def test_ranks_are_attributed_in_batches_with_the_same_rows(tmp_path: Path, monk
     monkeypatch.setattr(energy, "WINDOW_SEGMENTS", 1)  # a rank per batch, a step per window
     assert rows(analyze.open(run, force=True)) == whole
     assert len(calls) == 2 * STEPS and all(len(r) == 1 for r in calls)
+
+
+def test_many_ranks_print_as_groups_of_consecutive_ranks(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above MAX_PRINTED_RANKS ranks ``analyze phases`` prints groups of consecutive ranks, each
+    row their mean (phase shares of the group's time, mean energy per step); --all-ranks
+    prints every rank. Both ranks of the literal trace here in one group of 2."""
+    from analyze.cli import main
+    from analyze.cli import phases as phases_cli
+
+    run = trace(tmp_path / "run")
+    assert main(["phases", str(run)]) == 0
+    each = capsys.readouterr().out
+    assert each.splitlines()[0].split()[:2] == ["rank", "steps"]
+    monkeypatch.setattr(phases_cli, "MAX_PRINTED_RANKS", 1)
+    monkeypatch.setattr(phases_cli, "GROUPS", 1)
+    assert main(["phases", str(run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("2 ranks in groups of 2 consecutive ranks")
+    assert lines[1].split()[:2] == ["ranks", "steps/rank"]
+    row = dict(zip(lines[1].split(), lines[2].split(), strict=True))
+    # rank 0 enters the allreduce at 4 s of each 8 s step and waits for rank 1 (6 s): the
+    # group idles 2 s of 16, 12.5% (rank 0 25%, rank 1 0%)
+    assert row["ranks"] == "0-1" and row["steps/rank"] == "3.0" and row["idle%"] == "12.5"
+    db = analyze.open(run)
+    per_step = db.execute("SELECT avg(step_j) FROM (SELECT rank, sum(energy_j) / 3 AS step_j FROM energy_steps "
+                          "WHERE active GROUP BY rank)").fetchone()[0]
+    db.close()
+    assert float(row["step_J"]) == pytest.approx(per_step, abs=0.01)
+    assert main(["phases", str(run), "--all-ranks"]) == 0
+    assert capsys.readouterr().out == each

@@ -425,3 +425,23 @@ def test_older_and_other_layouts_count_exactly(name: str, tmp_path: Path) -> Non
         assert con.execute("SELECT source, count(*) FROM steps GROUP BY ALL").fetchall() == [("whole_run", 1)]
     else:
         assert con.execute("SELECT source, count(*) FROM steps GROUP BY ALL").fetchall() == [("marker", steps)]
+
+
+def test_groups_of_ranks_sum_their_ranks_time(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
+    """`analyze phases` of many ranks prints groups of consecutive ranks: each group's phase
+    shares are of the group's total step time, host and device alike."""
+    from analyze.tables import device_phases, phases
+
+    con = kineto_db("param_dlrm_v100_8rank")
+    for table, summary, names in (("phases", phases.summary, phases.PHASE_NAMES),
+                                  ("device_phases", device_phases.summary, device_phases.DEVICE_PHASES)):
+        got = summary(con, 4)
+        assert list(got.iloc[:, 0]) == ["0-3", "4-7"]
+        for g, row in enumerate(got.to_dict("records")):
+            (total,) = con.execute("SELECT sum(duration_ns) FROM steps WHERE rank // 4 = $g", {"g": g}).fetchone()
+            for p in names:
+                (ns,) = con.execute(f"SELECT coalesce(sum(duration_ns), 0) FROM {table} WHERE rank // 4 = $g "
+                                    "AND phase = $p", {"g": g, "p": str(p)}).fetchone()
+                assert row[f"{p}%"] == pytest.approx(round(100 * ns / total, 1), abs=0.051), (table, g, p)
+        per_rank = summary(con)
+        assert list(per_rank["rank"]) == list(range(8))
