@@ -1,10 +1,37 @@
-"""What several verbs share: argument types and how paths are shown."""
+"""What several verbs share: argument types, how paths are shown, and how many ranks print."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from pathlib import Path
+from typing import Any
+
+MAX_PRINTED_RANKS = 64  # ranks printed a row each; more: groups of consecutive ranks
+GROUPS = 32  # rows printed for a run of more ranks
+
+
+def add_all_ranks(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--all-ranks", action="store_true",
+                   help=f"print every rank (default: above {MAX_PRINTED_RANKS} ranks, {GROUPS} groups of "
+                   "consecutive ranks, each row their mean)")
+
+
+def rank_grouping(con: Any, all_ranks: bool) -> tuple[int, int]:
+    """(ranks, per): the run's ranks (with steps) and how many consecutive rank numbers
+    (``rank // per``) one printed row holds: 1 with ``all_ranks`` or at most
+    :data:`MAX_PRINTED_RANKS` ranks."""
+    from analyze.tables.steps import per_bin
+
+    (ranks, top), = con.execute("SELECT count(DISTINCT rank), coalesce(max(rank) + 1, 0) FROM steps").fetchall()
+    return ranks, 1 if all_ranks or ranks <= MAX_PRINTED_RANKS else per_bin(top, GROUPS)
+
+
+def grouping_note(ranks: int, per: int) -> str | None:
+    """The line printed above a table of grouped ranks (None: one rank a row)."""
+    if per == 1:
+        return None
+    return f"{ranks:,} ranks in groups of {per} consecutive ranks, each row their mean (--all-ranks prints every rank)"
 
 
 def display(path: Path) -> str:

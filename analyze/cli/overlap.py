@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
-from analyze.cli.common import display
+from analyze.cli.common import add_all_ranks, display, grouping_note, rank_grouping
 
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "RUN/trace.duckdb); for traces with accelerator streams, also the device's communication "
         "kernels hidden under compute kernels (device_phases).")
     add_run_arguments(p)
+    add_all_ranks(p)
     p.set_defaults(command=run)
 
 
@@ -32,9 +34,14 @@ def run(ns: argparse.Namespace) -> int:
     from analyze.tables import database
     from analyze.tables.causes import views
 
-    paths, (table, device) = database.built(
-        ns.run, lambda con: (views.overlap_summary(con), views.device_overlap_summary(con)),
-        force=ns.force, step_region=ns.step_region, causes=True)
+    def read(con: Any) -> tuple[Any, ...]:
+        ranks, per = rank_grouping(con, ns.all_ranks)
+        return views.overlap_summary(con, per), views.device_overlap_summary(con, per), grouping_note(ranks, per)
+
+    paths, (table, device, note) = database.built(ns.run, read, force=ns.force, step_region=ns.step_region,
+                                                  causes=True)
+    if note:
+        print(note)
     print(table.to_string(index=False, na_rep="-"))
     print("ms per step (mean over steps); comm: wall time with communication in flight; busy: summed "
           "over lanes; overlap = hidden / comm")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from analyze.cli.common import display
+from analyze.cli.common import add_all_ranks, display, grouping_note, rank_grouping
 
 ENGINES = ("local", "dask")  # analyze.engine.choose.ENGINES, without loading the engines
 
@@ -36,26 +36,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, metavar="N",
                    help="worker threads (local) or processes (dask's own cluster, slurm); "
                    "default: one per core")
-    p.add_argument("--all-ranks", action="store_true",
-                   help=f"print every rank (default: above {MAX_PRINTED_RANKS} ranks, groups of "
-                   "consecutive ranks, each row their mean)")
+    add_all_ranks(p)
     p.set_defaults(command=run)
-
-
-MAX_PRINTED_RANKS = 64  # ranks printed one a row; more: groups of consecutive ranks
-GROUPS = 32  # rows printed for a run of more ranks
 
 
 def read(con: Any, all_ranks: bool = True) -> tuple[Any, ...]:
     """What ``analyze phases`` prints, from a run's database: per rank, or without
-    ``all_ranks`` above :data:`MAX_PRINTED_RANKS` ranks per group of consecutive ranks (the
+    ``all_ranks`` above ``MAX_PRINTED_RANKS`` ranks per group of consecutive ranks (the
     tables' first column is then ``ranks``, a label, and the energy's ``rank`` a group)."""
     from analyze import background, power
     from analyze.tables import device_phases, phases
-    from analyze.tables.steps import per_bin
-
-    (ranks, top), = con.execute("SELECT count(DISTINCT rank), coalesce(max(rank) + 1, 0) FROM steps").fetchall()
-    per = 1 if all_ranks or ranks <= MAX_PRINTED_RANKS else per_bin(top, GROUPS)
+    ranks, per = rank_grouping(con, all_ranks)
     table = phases.summary(con, per)
     source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
     horovod = background.summary(con) if background.available(con) else None
@@ -101,9 +92,9 @@ def run(ns: argparse.Namespace) -> int:
         key = table["rank"] if per_group == 1 else table["ranks"].str.split("-").str[0].astype(int) // per_group
         table["step_J"] = key.map(per["step_j"]).round(2)
         table["W"] = key.map(per["power_w"]).round(1)
-    if per_group > 1:
-        print(f"{ranks:,} ranks in groups of {per_group} consecutive ranks, each row their mean "
-              "(--all-ranks prints every rank)")
+    note = grouping_note(ranks, per_group)
+    if note:
+        print(note)
     print(table.to_string(index=False, na_rep="0.0"))
     if energy is not None and len(energy):
         split = {p: energy[f"{p}_j"].sum() for p in power.PHASE_COLUMNS}

@@ -280,15 +280,14 @@ def test_many_ranks_print_as_groups_of_consecutive_ranks(tmp_path: Path, capsys:
     """Above MAX_PRINTED_RANKS ranks ``analyze phases`` prints groups of consecutive ranks, each
     row their mean (phase shares of the group's time, mean energy per step); --all-ranks
     prints every rank. Both ranks of the literal trace here in one group of 2."""
-    from analyze.cli import main
-    from analyze.cli import phases as phases_cli
+    from analyze.cli import common, main
 
     run = trace(tmp_path / "run")
     assert main(["phases", str(run)]) == 0
     each = capsys.readouterr().out
     assert each.splitlines()[0].split()[:2] == ["rank", "steps"]
-    monkeypatch.setattr(phases_cli, "MAX_PRINTED_RANKS", 1)
-    monkeypatch.setattr(phases_cli, "GROUPS", 1)
+    monkeypatch.setattr(common, "MAX_PRINTED_RANKS", 1)
+    monkeypatch.setattr(common, "GROUPS", 1)
     assert main(["phases", str(run)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("2 ranks in groups of 2 consecutive ranks")

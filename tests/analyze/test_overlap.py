@@ -94,3 +94,23 @@ def test_kinds_are_kept_apart_and_all_is_their_union(tmp_path: Path) -> None:
 def test_a_step_without_communication_has_an_all_row_of_zeros(tmp_path: Path) -> None:
     got, _ = overlap_of(tmp_path, [(0, "dltrace.step", 0, 10 * MS), (0, "dltrace.forward", 0, 5 * MS)])
     assert got == {(0, "all"): (0, 0, 0, 0, 0, None)}
+
+
+def test_groups_of_ranks_average_their_ranks_steps(tmp_path: Path) -> None:
+    """What `analyze overlap` prints above 64 ranks: per group of consecutive ranks, the mean
+    over its ranks' steps, and the overlap ratio of their summed time."""
+    from analyze.tables.causes import views
+
+    items = [*ddp_step(0, [(40, 60)]), *ddp_step(1, [(40, 75)]), *ddp_step(2, [(40, 85)])]
+    _, db = overlap_of(tmp_path, items)
+    per_rank = views.overlap_summary(db).set_index(["rank", "kind"])
+    got = views.overlap_summary(db, 2)
+    assert list(got["ranks"]) == ["0-1", "0-1", "2", "2"] and list(got["kind"]) == ["all", "allreduce"] * 2
+    first = got.iloc[0]
+    hidden = [per_rank.loc[(r, "all"), "hidden_ms"] for r in (0, 1)]
+    comm = [per_rank.loc[(r, "all"), "comm_ms"] for r in (0, 1)]
+    assert first["steps/rank"] == 1.0 and first["hidden_ms"] == pytest.approx(sum(hidden) / 2, abs=1e-3)
+    assert first["overlap"] == pytest.approx(sum(hidden) / sum(comm), abs=1e-3)
+    alone = got.iloc[2]  # a group of one rank: that rank's row
+    for c in ("comm_ms", "busy_ms", "hidden_ms", "exposed_ms", "overlap"):
+        assert alone[c] == per_rank.loc[(2, "all"), c], c

@@ -57,33 +57,47 @@ def delay_lines(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[str]:
     return out
 
 
-def overlap_summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Per rank and kind: mean ms per step of communication, hidden and exposed, and the
-    overlap ratio over the whole run."""
-    return con.execute("""
-        SELECT rank, kind, count(*) AS steps, sum(calls) / count(*) AS calls_per_step,
+def _rank_columns(per: int) -> tuple[str, str]:
+    """(group key, first column) of a per-rank summary: the rank itself, or with ``per`` > 1
+    groups of consecutive ranks labelled ``ranks`` (first-last)."""
+    if per == 1:
+        return "rank", "rank"
+    return f"rank // {int(per)}", ("CASE WHEN min(rank) = max(rank) THEN min(rank)::VARCHAR "
+                                  "ELSE min(rank) || '-' || max(rank) END AS ranks")
+
+
+def overlap_summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
+    """Per rank (or group of ``per`` consecutive ranks) and kind: mean ms per step of
+    communication, hidden and exposed, and the overlap ratio over the whole run."""
+    key, first = _rank_columns(per)
+    steps = "count(*) AS steps" if per == 1 else 'round(count(*) / count(DISTINCT rank), 1) AS "steps/rank"'
+    return con.execute(f"""
+        SELECT {first}, kind, {steps}, sum(calls) / count(*) AS calls_per_step,
                round(avg(comm_ns) / 1e6, 3) AS comm_ms, round(avg(busy_ns) / 1e6, 3) AS busy_ms,
                round(avg(hidden_ns) / 1e6, 3) AS hidden_ms, round(avg(exposed_ns) / 1e6, 3) AS exposed_ms,
                round(sum(hidden_ns) / nullif(sum(comm_ns), 0), 3) AS overlap
-        FROM overlap GROUP BY rank, kind
-        ORDER BY rank, kind = 'all' DESC, kind
+        FROM overlap GROUP BY {key}, kind
+        ORDER BY {key}, kind = 'all' DESC, kind
     """).df()
 
 
-def device_overlap_summary(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Per rank, the device's view (device_phases; empty without accelerator streams): mean ms
-    per step of communication kernels, the part overlapped by compute kernels, the exposed
-    part and the overlap ratio over the run (Holistic Trace Analysis's comm/comp overlap)."""
+def device_overlap_summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
+    """Per rank (or group of ``per`` consecutive ranks), the device's view (device_phases;
+    empty without accelerator streams): mean ms per step of communication kernels, the part
+    overlapped by compute kernels, the exposed part and the overlap ratio over the run
+    (Holistic Trace Analysis's comm/comp overlap)."""
+    key, first = _rank_columns(per)
+    steps = "count(*) AS steps" if per == 1 else 'round(count(*) / count(DISTINCT rank), 1) AS "steps/rank"'
     return con.execute(f"""
         WITH s AS (
             SELECT rank, step, sum(duration_ns) FILTER (WHERE phase = '{DevicePhase.COMM_HIDDEN}') AS hidden,
                    sum(duration_ns) FILTER (WHERE phase = '{DevicePhase.COMM_EXPOSED}') AS exposed
             FROM device_phases GROUP BY rank, step
         )
-        SELECT rank, count(*) AS steps, round(avg(coalesce(hidden, 0) + coalesce(exposed, 0)) / 1e6, 3) AS comm_ms,
+        SELECT {first}, {steps}, round(avg(coalesce(hidden, 0) + coalesce(exposed, 0)) / 1e6, 3) AS comm_ms,
                round(avg(coalesce(hidden, 0)) / 1e6, 3) AS hidden_ms, round(avg(coalesce(exposed, 0)) / 1e6, 3) AS exposed_ms,
                round(sum(hidden) / nullif(sum(coalesce(hidden, 0) + coalesce(exposed, 0)), 0), 3) AS overlap
-        FROM s GROUP BY rank HAVING sum(coalesce(hidden, 0) + coalesce(exposed, 0)) > 0 ORDER BY rank
+        FROM s GROUP BY {key} HAVING sum(coalesce(hidden, 0) + coalesce(exposed, 0)) > 0 ORDER BY {key}
     """).df()
 
 
