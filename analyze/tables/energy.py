@@ -237,6 +237,9 @@ def _batch_windows(con: duckdb.DuckDBPyConnection, batch: list[int], steps_of: d
             yield rank, st["step"][a:b].astype(np.int32), starts, ends, pieces
 
 
+FLUSH_PIECES = 1_000_000  # phase pieces held before they are summed (memory bounded on long runs)
+
+
 def _attribute(con: duckdb.DuckDBPyConnection, counted: list[Series]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """energy_steps and energy_phases rows for every rank with steps."""
     hosts = dict(con.execute("SELECT rank, host FROM hosts").fetchall())
@@ -257,7 +260,21 @@ def _attribute(con: duckdb.DuckDBPyConnection, counted: list[Series]) -> tuple[p
     step_cols: dict[str, list[np.ndarray]] = {c: [] for c in ("k", "step", "share", "energy_j", "covered_ns")}
     piece_cols: dict[str, list[np.ndarray]] = {c: [] for c in ("k", "step", "phase", "energy_j", "duration_ns",
                                                                "short_ns")}
+    summed: list[pd.DataFrame] = []  # the pieces summed per (k, step, phase), a window's worth at a time
+
+    def flush() -> None:
+        if piece_cols["k"]:
+            frame = pd.DataFrame({c: np.concatenate(v) for c, v in piece_cols.items()})
+            summed.append(frame.groupby(["k", "step", "phase"], as_index=False, sort=True).sum())
+            for v in piece_cols.values():
+                v.clear()
+
+    held = 0
     for rank, ids, starts, ends, pieces in _windows(con, list(series_of)):
+        if held > FLUSH_PIECES:  # a (k, step) lies in one window: summed parts never share a key
+            flush()
+            held = 0
+        held += len(pieces) * len(series_of[rank])
         p_start, p_end = pieces["start_ns"].to_numpy(np.int64), pieces["end_ns"].to_numpy(np.int64)
         p_step = ids[pieces["step"].to_numpy(np.int64)] if len(pieces) else np.zeros(0, np.int32)
         for i, (s, share) in enumerate(series_of[rank]):
@@ -285,10 +302,11 @@ def _attribute(con: duckdb.DuckDBPyConnection, counted: list[Series]) -> tuple[p
     base = pd.DataFrame(bases)
     steps = pd.DataFrame({c: np.concatenate(v) for c, v in step_cols.items()})
     steps = base.iloc[steps.pop("k").to_numpy()].reset_index(drop=True).join(steps)
-    if not piece_cols["k"]:
+    flush()
+    if not summed:
         return steps, pd.DataFrame(columns=ENERGY_PHASES.names)
-    frame = pd.DataFrame({c: np.concatenate(v) for c, v in piece_cols.items()})
-    agg = frame.groupby(["k", "step", "phase"], as_index=False, sort=True).sum()
+    agg = pd.concat(summed, ignore_index=True).sort_values(["k", "step", "phase"], kind="stable",
+                                                           ignore_index=True)
     phases = agg.drop(columns="k").join(base.iloc[agg["k"].to_numpy()].reset_index(drop=True))
     return steps, phases
 

@@ -270,6 +270,9 @@ def test_ranks_are_attributed_in_batches_with_the_same_rows(tmp_path: Path, monk
     assert len(calls) == 1 and list(calls[0]) == [0, 1]  # both ranks in one query
     assert all(whole.values())
     calls.clear()
+    monkeypatch.setattr(energy, "FLUSH_PIECES", 0)  # the pieces summed after every rank's window
+    assert rows(analyze.open(run, force=True)) == whole
+    calls.clear()
     monkeypatch.setattr(energy, "WINDOW_SEGMENTS", 1)  # a rank per batch, a step per window
     assert rows(analyze.open(run, force=True)) == whole
     assert len(calls) == 2 * STEPS and all(len(r) == 1 for r in calls)
