@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 from typing import Any
 
-from analyze.cli.common import display
+from analyze.cli import common
+from analyze.cli.common import (
+    add_all_ranks,
+    display,
+    grouping_note,
+    rank_grouping,
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,7 +29,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--step-region", metavar="NAME",
                    help="region that delimits steps when the trace has no step markers")
     p.add_argument("--db", type=Path, help="database file (default RUN/trace.duckdb)")
+    add_all_ranks(p)
     p.set_defaults(command=run)
+
+
+def device_kinds(devices: Any) -> Any:
+    """The devices table of a run with many: a row per kind of device (device, source,
+    counted, active) with how many, on how many hosts, their total energy and mean power."""
+    return devices.assign(ranked=devices["rank"].notna()).groupby(
+        ["device", "source", "counted", "active"], as_index=False, sort=True).agg(
+        devices=("device", "size"), hosts=("host", "nunique"), with_rank=("ranked", "sum"),
+        samples=("samples", "median"), interval_ms=("interval_ms", "median"), seconds=("seconds", "median"),
+        energy_j=("energy_j", "sum"), mean_power_w=("mean_power_w", "mean"))
+
+
+def rank_groups_of(ranks: Any, per: int) -> Any:
+    """Per-rank energy rows as groups of ``per`` consecutive ranks: each row their mean."""
+    g = ranks.assign(g=ranks["rank"] // per)
+    label = g.groupby("g")["rank"].agg(lambda r: f"{r.min()}" if r.min() == r.max() else f"{r.min()}-{r.max()}")
+    out = g.drop(columns="rank").groupby("g").mean()
+    out.insert(0, "ranks", label)
+    return out.rename(columns={"steps": "steps/rank"}).reset_index(drop=True)
 
 
 def _why_none(run_dir: Path) -> str:
@@ -51,20 +77,25 @@ def run(ns: argparse.Namespace) -> int:
         if not power.available(con):
             return None
         return (power.devices(con), power.agreement(con), power.per_rank(con, active_only=not ns.all_devices),
-                power.notes(con))
+                power.notes(con), rank_grouping(con, ns.all_ranks))
 
     paths, found = database.built(ns.run, read, db=ns.db, force=ns.force, step_region=ns.step_region)
     if found is None:
         raise AnalyzeError(f"{ns.run} has no energy or power samples{_why_none(paths.run_dir)}; "
                            "record a run on a machine with RAPL or an NVIDIA GPU (docs/energy.md)")
-    devices, agreement, ranks, notes = found
+    devices, agreement, ranks, notes, (n_ranks, per) = found
     fmt = {"interval_ms": "{:.1f}".format, "seconds": "{:.2f}".format, "energy_j": "{:.1f}".format,
            "mean_power_w": "{:.1f}".format}
-    shown = devices.drop(columns=["name"]).copy()
+    many = not ns.all_ranks and len(devices) > common.MAX_PRINTED_RANKS
+    shown = device_kinds(devices) if many else devices.drop(columns=["name"]).copy()
     for col, f in fmt.items():
         shown[col] = shown[col].map(lambda v, f=f: "" if pd.isna(v) else f(v))
-    shown["rank"] = shown["rank"].map(lambda v: "host" if pd.isna(v) else str(int(v)))
+    if not many:
+        shown["rank"] = shown["rank"].map(lambda v: "host" if pd.isna(v) else str(int(v)))
     print("devices (energy from the first to the last sample; counted: in the totals below):")
+    if many:
+        print(f"{len(devices):,} devices, a row per kind: how many, total energy, mean power; median "
+              "samples, interval and seconds (--all-ranks prints each)")
     print(shown.to_string(index=False))
     if len(agreement):
         a = agreement.copy()
@@ -75,9 +106,12 @@ def run(ns: argparse.Namespace) -> int:
         print(a.to_string(index=False))
     which = "all devices" if ns.all_devices else "active devices"
     print(f"\nper rank, over its steps ({which}; host-wide devices shared by the host's ranks):")
-    r = ranks.copy()
+    r = ranks.copy() if per == 1 else rank_groups_of(ranks, per)
     for col in r.columns[2:]:
         r[col] = r[col].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
+    note = grouping_note(n_ranks, per)
+    if note:
+        print(note)
     print(r.to_string(index=False))
     for note in notes:
         print(f"note: {note}")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pytest
 
 import analyze
@@ -306,3 +307,34 @@ def test_many_ranks_print_as_groups_of_consecutive_ranks(tmp_path: Path, capsys:
     assert float(row["step_J"]) == pytest.approx(per_step, abs=0.01)
     assert main(["phases", str(run), "--all-ranks"]) == 0
     assert capsys.readouterr().out == each
+
+
+def test_many_devices_print_a_row_per_kind(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """`analyze energy` of a run with many devices prints a row per kind of device (how many,
+    total energy, mean power) and the ranks in groups; --all-ranks prints each."""
+    from analyze.cli import common, main
+    from analyze.cli.energy import device_kinds, rank_groups_of
+
+    run = trace(tmp_path / "run")
+    assert main(["energy", str(run)]) == 0
+    each = capsys.readouterr().out
+    monkeypatch.setattr(common, "MAX_PRINTED_RANKS", 1)
+    monkeypatch.setattr(common, "GROUPS", 1)
+    assert main(["energy", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "4 devices, a row per kind" in out and "2 ranks in groups of 2" in out
+    assert main(["energy", str(run), "--all-ranks"]) == 0
+    assert capsys.readouterr().out == each
+
+    devices = pd.DataFrame({"device": ["gpu 0", "gpu 0", "gpu 1"], "source": "counter", "counted": True,
+                            "active": True, "host": ["a", "b", "a"], "rank": [0.0, 8.0, None],
+                            "samples": [10, 20, 30], "interval_ms": 100.0, "seconds": 1.0,
+                            "energy_j": [100.0, 300.0, 50.0], "mean_power_w": [100.0, 300.0, 50.0]})
+    kinds = device_kinds(devices).set_index("device")
+    assert kinds.loc["gpu 0", "devices"] == 2 and kinds.loc["gpu 0", "hosts"] == 2
+    assert kinds.loc["gpu 0", "energy_j"] == 400.0 and kinds.loc["gpu 0", "mean_power_w"] == 200.0
+    assert kinds.loc["gpu 1", "with_rank"] == 0
+    ranks = pd.DataFrame({"rank": [0, 1, 2], "steps": [3, 3, 3], "step_j": [1.0, 3.0, 5.0]})
+    groups = rank_groups_of(ranks, 2)
+    assert list(groups["ranks"]) == ["0-1", "2"] and list(groups["step_j"]) == [2.0, 5.0]
