@@ -34,6 +34,7 @@ import pandas as pd
 
 from analyze.schema import Category, DevicePhase, HostActivity
 from analyze.tables.phases import _step_of
+from analyze.tables.steps import RANKS_LABEL
 
 COMPUTE, COMM, MEMORY = range(3)
 DEVICE_PHASES = [DevicePhase.COMPUTE, DevicePhase.COMM_HIDDEN, DevicePhase.COMM_EXPOSED,
@@ -189,11 +190,11 @@ def summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
             GROUP BY s.rank, s.steps, s.total ORDER BY s.rank
         """).df()
     return con.execute(f"""
-        WITH s AS (SELECT rank // {int(per)} AS g, min(rank) AS first, max(rank) AS last,
+        WITH s AS (SELECT rank // {int(per)} AS g, {RANKS_LABEL} AS ranks,
                           count(*) / count(DISTINCT rank) AS steps, sum(duration_ns) AS total
                    FROM steps WHERE rank IN (SELECT rank FROM device_phases) GROUP BY g)
-        SELECT CASE WHEN first = last THEN first::VARCHAR ELSE first || '-' || last END AS ranks,
+        SELECT s.ranks,
                round(s.steps, 1) AS "steps/rank", {cols}
         FROM s JOIN device_phases d ON d.rank // {int(per)} = s.g
-        GROUP BY s.g, s.first, s.last, s.steps, s.total ORDER BY s.g
+        GROUP BY s.g, s.ranks, s.steps, s.total ORDER BY s.g
     """).df()

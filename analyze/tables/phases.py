@@ -33,6 +33,7 @@ import pandas as pd
 
 from analyze.schema import COMPUTE_CATEGORIES, Category, Phase, Rule
 from analyze.tables.collectives import index_of, position
+from analyze.tables.steps import RANKS_LABEL
 from traceio import codec
 
 # Levels of the sweep.
@@ -528,12 +529,12 @@ def summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
             GROUP BY s.rank, s.steps, s.step_ms, s.total ORDER BY s.rank
         """).df()
     return con.execute(f"""
-        WITH s AS (SELECT rank // {int(per)} AS g, min(rank) AS first, max(rank) AS last,
+        WITH s AS (SELECT rank // {int(per)} AS g, {RANKS_LABEL} AS ranks,
                           count(*) / count(DISTINCT rank) AS steps, avg(duration_ns) / 1e6 AS step_ms,
                           sum(duration_ns) AS total FROM steps GROUP BY g),
              p AS (SELECT rank // {int(per)} AS g, phase, sum(duration_ns) AS ns FROM phases GROUP BY g, phase)
-        SELECT CASE WHEN first = last THEN first::VARCHAR ELSE first || '-' || last END AS ranks,
+        SELECT s.ranks,
                round(s.steps, 1) AS "steps/rank", round(s.step_ms, 3) AS step_ms, {pct}
         FROM s LEFT JOIN p USING (g)
-        GROUP BY s.g, s.first, s.last, s.steps, s.step_ms, s.total ORDER BY s.g
+        GROUP BY s.g, s.ranks, s.steps, s.step_ms, s.total ORDER BY s.g
     """).df()

@@ -125,6 +125,10 @@ class RankGroups:
         return f"\neach panel: the mean of {self.per} consecutive ranks" if self.per > 1 else ""
 
 
+# SQL: the label of a group of ranks in a GROUP BY over ``rank // per`` (the ranks present)
+RANKS_LABEL = "CASE WHEN min(rank) = max(rank) THEN min(rank)::VARCHAR ELSE min(rank) || '-' || max(rank) END"
+
+
 def per_bin(count: int, most: int) -> int:
     """How many consecutive items (steps, ranks) one bin holds so that ``count`` of them fit
     in ``most`` bins: 1 while they fit."""

@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 
 from analyze.schema import CauseKind, DevicePhase
-from analyze.tables.steps import RankGroups, StepBins
+from analyze.tables.steps import RANKS_LABEL, RankGroups, StepBins
 
 
 def step_ranges(steps: list[int], most: int = 4) -> str:
@@ -62,8 +62,7 @@ def _rank_columns(per: int) -> tuple[str, str]:
     groups of consecutive ranks labelled ``ranks`` (first-last)."""
     if per == 1:
         return "rank", "rank"
-    return f"rank // {int(per)}", ("CASE WHEN min(rank) = max(rank) THEN min(rank)::VARCHAR "
-                                  "ELSE min(rank) || '-' || max(rank) END AS ranks")
+    return f"rank // {int(per)}", f"{RANKS_LABEL} AS ranks"
 
 
 def overlap_summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
