@@ -34,6 +34,17 @@ def grouping_note(ranks: int, per: int) -> str | None:
     return f"{ranks:,} ranks in groups of {per} consecutive ranks, each row their mean (--all-ranks prints every rank)"
 
 
+def rank_groups_of(rows: Any, per: int) -> Any:
+    """Per-rank rows (a ``rank`` column, numbers in the others) as groups of ``per``
+    consecutive ranks, indexed by group (rank // per): ``ranks`` (first-last) and each other
+    column's mean over the group's ranks (``steps`` becomes ``steps/rank``)."""
+    g = rows["rank"] // per
+    label = rows["rank"].groupby(g).agg(lambda r: f"{r.min()}" if r.min() == r.max() else f"{r.min()}-{r.max()}")
+    out = rows.drop(columns="rank").groupby(g).mean()
+    out.insert(0, "ranks", label)
+    return out.rename(columns={"steps": "steps/rank"})
+
+
 def display(path: Path) -> str:
     """``path`` relative to the working directory when it is under it; links are kept (a
     run's ``tables`` link, not the build folder it points to, which the next build replaces)."""

@@ -13,6 +13,7 @@ from analyze.cli.common import (
     display,
     grouping_note,
     rank_grouping,
+    rank_groups_of,
 )
 
 
@@ -41,15 +42,6 @@ def device_kinds(devices: Any) -> Any:
         devices=("device", "size"), hosts=("host", "nunique"), with_rank=("ranked", "sum"),
         samples=("samples", "median"), interval_ms=("interval_ms", "median"), seconds=("seconds", "median"),
         energy_j=("energy_j", "sum"), mean_power_w=("mean_power_w", "mean"))
-
-
-def rank_groups_of(ranks: Any, per: int) -> Any:
-    """Per-rank energy rows as groups of ``per`` consecutive ranks: each row their mean."""
-    g = ranks.assign(g=ranks["rank"] // per)
-    label = g.groupby("g")["rank"].agg(lambda r: f"{r.min()}" if r.min() == r.max() else f"{r.min()}-{r.max()}")
-    out = g.drop(columns="rank").groupby("g").mean()
-    out.insert(0, "ranks", label)
-    return out.rename(columns={"steps": "steps/rank"}).reset_index(drop=True)
 
 
 def _why_none(run_dir: Path) -> str:
@@ -106,7 +98,7 @@ def run(ns: argparse.Namespace) -> int:
         print(a.to_string(index=False))
     which = "all devices" if ns.all_devices else "active devices"
     print(f"\nper rank, over its steps ({which}; host-wide devices shared by the host's ranks):")
-    r = ranks.copy() if per == 1 else rank_groups_of(ranks, per)
+    r = ranks.copy() if per == 1 else rank_groups_of(ranks, per).reset_index(drop=True)
     for col in r.columns[2:]:
         r[col] = r[col].map(lambda v: "" if pd.isna(v) else f"{v:.1f}")
     note = grouping_note(n_ranks, per)

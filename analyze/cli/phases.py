@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from analyze.cli.common import add_all_ranks, display, grouping_note, rank_grouping
+from analyze.cli.common import add_all_ranks, display, grouping_note, rank_grouping, rank_groups_of
 
 ENGINES = ("local", "dask")  # analyze.engine.choose.ENGINES, without loading the engines
 
@@ -43,7 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def read(con: Any, all_ranks: bool = True) -> tuple[Any, ...]:
     """What ``analyze phases`` prints, from a run's database: per rank, or without
     ``all_ranks`` above ``MAX_PRINTED_RANKS`` ranks per group of consecutive ranks (the
-    tables' first column is then ``ranks``, a label, and the energy's ``rank`` a group)."""
+    tables' first column is then ``ranks``, a label; the energy stays per rank)."""
     from analyze import background, power
     from analyze.tables import device_phases, phases
     ranks, per = rank_grouping(con, all_ranks)
@@ -51,9 +51,6 @@ def read(con: Any, all_ranks: bool = True) -> tuple[Any, ...]:
     source = con.execute("SELECT value FROM build_info WHERE key = 'step_source'").fetchone()
     horovod = background.summary(con) if background.available(con) else None
     energy = power.per_rank(con) if power.available(con) else None
-    if energy is not None and per > 1:  # each group's mean energy per step and power
-        energy = energy.assign(rank=energy["rank"] // per).groupby("rank", as_index=False).agg(
-            {"step_j": "mean", "power_w": "mean", **{f"{p}_j": "sum" for p in power.PHASE_COLUMNS}})
     device = device_phases.summary(con, per)
     ranks_from = con.execute("SELECT value FROM build_info WHERE key = 'ranks_from'").fetchone()
     return table, source, horovod, energy, device, ranks_from, (ranks, per)
@@ -87,9 +84,11 @@ def run(ns: argparse.Namespace) -> int:
         paths, (table, source, horovod, energy, device, ranks_from, (ranks, per_group)) = database.built(
             ns.run, reader, engine=engine, **options)
     if energy is not None and len(energy):  # the trace has power: energy columns too
-        per = energy.set_index("rank")
-        # a group's row: the group of its first rank (energy's rank is the group there)
-        key = table["rank"] if per_group == 1 else table["ranks"].str.split("-").str[0].astype(int) // per_group
+        if per_group == 1:
+            per, key = energy.set_index("rank"), table["rank"]
+        else:  # a group's mean energy per step and power, on the row of the group of its first rank
+            per = rank_groups_of(energy, per_group)
+            key = table["ranks"].str.split("-").str[0].astype(int) // per_group
         table["step_J"] = key.map(per["step_j"]).round(2)
         table["W"] = key.map(per["power_w"]).round(1)
     note = grouping_note(ranks, per_group)

@@ -46,7 +46,7 @@ import pyarrow.compute as pc
 
 from analyze.errors import AnalyzeError
 from analyze.schema import CHROME_EVENTS, COLLECTIVES, CORRELATIONS, INTERVALS, Category
-from analyze.tables.database import BUILD_INFO
+from analyze.tables.database import tables_of
 from analyze.tables.device_phases import ACCELERATOR_PARADIGMS, DEVICE_PHASES
 from analyze.tables.phases import PHASES
 from analyze.tables.store import Store
@@ -175,10 +175,8 @@ SCOPED_TABLES = (INTERVALS, COLLECTIVES, CHROME_EVENTS, CORRELATIONS)
 def _store(con: duckdb.DuckDBPyConnection) -> Store | None:
     """The store of the run's tables (the ``tables`` folder ``build_info`` names); None where
     the database does not name one that exists."""
-    if not con.execute(f"SELECT 1 FROM duckdb_tables() WHERE table_name = '{BUILD_INFO}'").fetchone():
-        return None
-    row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'tables'").fetchone()
-    return Store(row[0]) if row and Path(row[0]).is_dir() else None
+    folder = tables_of(con)
+    return Store(folder) if folder and Path(folder).is_dir() else None
 
 
 def _scope(con: duckdb.DuckDBPyConnection, ranks: tuple[int, int], store: Store | None) -> None:

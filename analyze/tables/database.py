@@ -601,11 +601,11 @@ def _add_causes(paths: RunPaths) -> None:
         try:
             shutil.copyfile(paths.db, tmp)
             with duckdb.connect(str(tmp), config=_build_config()) as con:
-                tables = _tables_of(con)
+                tables = tables_of(con)
                 _fill_causes(con)
             with _locked(paths.builds / "lock"):
                 with duckdb.connect(str(paths.db), read_only=True) as con:
-                    same = _tables_of(con) == tables
+                    same = tables_of(con) == tables
                 if same:
                     os.replace(tmp, paths.db)
                     return
@@ -616,8 +616,10 @@ def _add_causes(paths: RunPaths) -> None:
             return
 
 
-def _tables_of(con: duckdb.DuckDBPyConnection) -> str | None:
-    """The tables directory a database's views read (build_info)."""
+def tables_of(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The tables directory a database's views read (build_info; None without one)."""
+    if not con.execute(f"SELECT 1 FROM duckdb_tables() WHERE table_name = '{BUILD_INFO}'").fetchone():
+        return None
     row = con.execute(f"SELECT value FROM {BUILD_INFO} WHERE key = 'tables'").fetchone()
     return row[0] if row else None
 

@@ -34,7 +34,7 @@ import pandas as pd
 
 from analyze.schema import Category, DevicePhase, HostActivity
 from analyze.tables.phases import _step_of
-from analyze.tables.steps import RANKS_LABEL
+from analyze.tables.steps import rank_group_sql
 
 COMPUTE, COMM, MEMORY = range(3)
 DEVICE_PHASES = [DevicePhase.COMPUTE, DevicePhase.COMM_HIDDEN, DevicePhase.COMM_EXPOSED,
@@ -175,26 +175,17 @@ def device_breakdown(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 def summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
     """Per rank with accelerator streams: steps and each device phase as a percentage of step
     time; with ``per`` > 1 per group of consecutive ranks, as :func:`.phases.summary`."""
+    key, first, steps = rank_group_sql(per)
     found = con.execute("SELECT EXISTS (SELECT 1 FROM device_phases)").fetchone()
-    first = ["rank", "steps"] if per == 1 else ["ranks", "steps/rank"]
     if not (found and found[0]):  # most traces have no accelerator streams: no aggregation of steps
-        return pd.DataFrame(columns=[*first, *(f"{p}%" for p in DEVICE_PHASES)])
-    cols = ", ".join(
-        f"round(100.0 * sum(CASE WHEN phase = '{p}' THEN duration_ns END) / nullif(total, 0), 1) AS \"{p}%\""
-        for p in DEVICE_PHASES)
-    if per == 1:
-        return con.execute(f"""
-            WITH s AS (SELECT rank, count(*) AS steps, sum(duration_ns) AS total FROM steps GROUP BY rank)
-            SELECT s.rank, s.steps, {cols}
-            FROM s JOIN device_phases d USING (rank)
-            GROUP BY s.rank, s.steps, s.total ORDER BY s.rank
-        """).df()
+        columns = ["rank", "steps"] if per == 1 else ["ranks", "steps/rank"]
+        return pd.DataFrame(columns=[*columns, *(f"{p}%" for p in DEVICE_PHASES)])
+    ns = ", ".join(f"sum(duration_ns) FILTER (WHERE phase = '{p}') AS \"{p}\"" for p in DEVICE_PHASES)
+    pct = ", ".join(f"round(100.0 * d.\"{p}\" / nullif(s.total, 0), 1) AS \"{p}%\"" for p in DEVICE_PHASES)
     return con.execute(f"""
-        WITH s AS (SELECT rank // {int(per)} AS g, {RANKS_LABEL} AS ranks,
-                          count(*) / count(DISTINCT rank) AS steps, sum(duration_ns) AS total
-                   FROM steps WHERE rank IN (SELECT rank FROM device_phases) GROUP BY g)
-        SELECT s.ranks,
-               round(s.steps, 1) AS "steps/rank", {cols}
-        FROM s JOIN device_phases d ON d.rank // {int(per)} = s.g
-        GROUP BY s.g, s.ranks, s.steps, s.total ORDER BY s.g
+        WITH s AS (SELECT {key} AS g, {first}, {steps}, sum(duration_ns) AS total
+                   FROM steps WHERE rank IN (SELECT rank FROM device_phases) GROUP BY ALL),
+             d AS (SELECT {key} AS g, {ns} FROM device_phases GROUP BY ALL)
+        SELECT s.* EXCLUDE (g, total), {pct}
+        FROM s JOIN d USING (g) ORDER BY s.g
     """).df()

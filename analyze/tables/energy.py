@@ -227,13 +227,12 @@ def _batch_windows(con: duckdb.DuckDBPyConnection, batch: list[int], steps_of: d
         lo = min(int(steps_of[r]["start_ns"][a:b].min()) for r in here)
         hi = max(int(steps_of[r]["end_ns"][a:b].max()) for r in here)
         seg = segments(con, lo, hi, ranks=range(min(here), max(here) + 1))  # a range: ranks without power too
-        seg_of = split_by_rank({c: seg[c].to_numpy(np.int64) for c in ("rank", "start", "end", "level")})
+        columns = {c: seg[c].to_numpy(np.int64) for c in ("rank", "start", "end", "level")}
+        seg_of = split_by_rank(columns)
         for rank in here:
-            mine, st = seg_of.get(rank), steps_of[rank]
+            mine, st = seg_of.get(rank, {c: v[:0] for c, v in columns.items()}), steps_of[rank]
             starts, ends = st["start_ns"][a:b], st["end_ns"][a:b]
-            none = np.zeros(0, np.int64)
-            pieces = sweep_intervals(none if mine is None else mine["start"], none if mine is None else mine["end"],
-                                     none if mine is None else mine["level"], starts, ends)
+            pieces = sweep_intervals(mine["start"], mine["end"], mine["level"], starts, ends)
             yield rank, st["step"][a:b].astype(np.int32), starts, ends, pieces
 
 

@@ -33,7 +33,7 @@ import pandas as pd
 
 from analyze.schema import COMPUTE_CATEGORIES, Category, Phase, Rule
 from analyze.tables.collectives import index_of, position
-from analyze.tables.steps import RANKS_LABEL
+from analyze.tables.steps import rank_group_sql
 from traceio import codec
 
 # Levels of the sweep.
@@ -516,25 +516,13 @@ def summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
 
     With ``per`` > 1, per group of ``per`` consecutive rank numbers (rank // per): ``ranks``
     (first-last), steps per rank, the mean step and each phase's share of the group's time."""
-    pct = ",\n".join(
-        f"round(100.0 * sum(CASE WHEN phase = '{p}' THEN ns END) / nullif(total, 0), 1) AS \"{p}%\""
-        for p in PHASE_NAMES)
-    if per == 1:
-        return con.execute(f"""
-            WITH s AS (SELECT rank, count(*) AS steps, avg(duration_ns) / 1e6 AS step_ms,
-                              sum(duration_ns) AS total FROM steps GROUP BY rank),
-                 p AS (SELECT rank, phase, sum(duration_ns) AS ns FROM phases GROUP BY rank, phase)
-            SELECT s.rank, s.steps, round(s.step_ms, 3) AS step_ms, {pct}
-            FROM s LEFT JOIN p USING (rank)
-            GROUP BY s.rank, s.steps, s.step_ms, s.total ORDER BY s.rank
-        """).df()
+    key, first, steps = rank_group_sql(per)
+    ns = ", ".join(f"sum(duration_ns) FILTER (WHERE phase = '{p}') AS \"{p}\"" for p in PHASE_NAMES)
+    pct = ", ".join(f"round(100.0 * p.\"{p}\" / nullif(s.total, 0), 1) AS \"{p}%\"" for p in PHASE_NAMES)
     return con.execute(f"""
-        WITH s AS (SELECT rank // {int(per)} AS g, {RANKS_LABEL} AS ranks,
-                          count(*) / count(DISTINCT rank) AS steps, avg(duration_ns) / 1e6 AS step_ms,
-                          sum(duration_ns) AS total FROM steps GROUP BY g),
-             p AS (SELECT rank // {int(per)} AS g, phase, sum(duration_ns) AS ns FROM phases GROUP BY g, phase)
-        SELECT s.ranks,
-               round(s.steps, 1) AS "steps/rank", round(s.step_ms, 3) AS step_ms, {pct}
-        FROM s LEFT JOIN p USING (g)
-        GROUP BY s.g, s.ranks, s.steps, s.step_ms, s.total ORDER BY s.g
+        WITH s AS (SELECT {key} AS g, {first}, {steps}, avg(duration_ns) / 1e6 AS step_ms,
+                          sum(duration_ns) AS total FROM steps GROUP BY ALL),
+             p AS (SELECT {key} AS g, {ns} FROM phases GROUP BY ALL)
+        SELECT s.* EXCLUDE (g, step_ms, total), round(s.step_ms, 3) AS step_ms, {pct}
+        FROM s LEFT JOIN p USING (g) ORDER BY s.g
     """).df()

@@ -125,8 +125,16 @@ class RankGroups:
         return f"\neach panel: the mean of {self.per} consecutive ranks" if self.per > 1 else ""
 
 
-# SQL: the label of a group of ranks in a GROUP BY over ``rank // per`` (the ranks present)
-RANKS_LABEL = "CASE WHEN min(rank) = max(rank) THEN min(rank)::VARCHAR ELSE min(rank) || '-' || max(rank) END"
+def rank_group_sql(per: int) -> tuple[str, str, str]:
+    """SQL of a per-rank summary printed per rank (``per`` 1) or per group of ``per``
+    consecutive rank numbers: (the key to group by, the first column: ``rank`` or the
+    group's ``ranks`` first-last, and its steps: ``steps`` or ``"steps/rank"``), for a
+    GROUP BY over rows with columns rank and step."""
+    if per == 1:
+        return "rank", "rank", "count(*) AS steps"
+    return (f"rank // {int(per)}",
+            "CASE WHEN min(rank) = max(rank) THEN min(rank)::VARCHAR ELSE min(rank) || '-' || max(rank) END AS ranks",
+            'round(count(*) / count(DISTINCT rank), 1) AS "steps/rank"')
 
 
 def per_bin(count: int, most: int) -> int:

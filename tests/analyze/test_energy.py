@@ -314,7 +314,8 @@ def test_many_devices_print_a_row_per_kind(tmp_path: Path, capsys: pytest.Captur
     """`analyze energy` of a run with many devices prints a row per kind of device (how many,
     total energy, mean power) and the ranks in groups; --all-ranks prints each."""
     from analyze.cli import common, main
-    from analyze.cli.energy import device_kinds, rank_groups_of
+    from analyze.cli.common import rank_groups_of
+    from analyze.cli.energy import device_kinds
 
     run = trace(tmp_path / "run")
     assert main(["energy", str(run)]) == 0

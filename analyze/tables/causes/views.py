@@ -10,7 +10,7 @@ import duckdb
 import pandas as pd
 
 from analyze.schema import CauseKind, DevicePhase
-from analyze.tables.steps import RANKS_LABEL, RankGroups, StepBins
+from analyze.tables.steps import RankGroups, StepBins, rank_group_sql
 
 
 def step_ranges(steps: list[int], most: int = 4) -> str:
@@ -57,19 +57,10 @@ def delay_lines(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[str]:
     return out
 
 
-def _rank_columns(per: int) -> tuple[str, str]:
-    """(group key, first column) of a per-rank summary: the rank itself, or with ``per`` > 1
-    groups of consecutive ranks labelled ``ranks`` (first-last)."""
-    if per == 1:
-        return "rank", "rank"
-    return f"rank // {int(per)}", f"{RANKS_LABEL} AS ranks"
-
-
 def overlap_summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
     """Per rank (or group of ``per`` consecutive ranks) and kind: mean ms per step of
     communication, hidden and exposed, and the overlap ratio over the whole run."""
-    key, first = _rank_columns(per)
-    steps = "count(*) AS steps" if per == 1 else 'round(count(*) / count(DISTINCT rank), 1) AS "steps/rank"'
+    key, first, steps = rank_group_sql(per)
     return con.execute(f"""
         SELECT {first}, kind, {steps}, sum(calls) / count(*) AS calls_per_step,
                round(avg(comm_ns) / 1e6, 3) AS comm_ms, round(avg(busy_ns) / 1e6, 3) AS busy_ms,
@@ -85,8 +76,7 @@ def device_overlap_summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.D
     empty without accelerator streams): mean ms per step of communication kernels, the part
     overlapped by compute kernels, the exposed part and the overlap ratio over the run
     (Holistic Trace Analysis's comm/comp overlap)."""
-    key, first = _rank_columns(per)
-    steps = "count(*) AS steps" if per == 1 else 'round(count(*) / count(DISTINCT rank), 1) AS "steps/rank"'
+    key, first, steps = rank_group_sql(per)
     return con.execute(f"""
         WITH s AS (
             SELECT rank, step, sum(duration_ns) FILTER (WHERE phase = '{DevicePhase.COMM_HIDDEN}') AS hidden,
