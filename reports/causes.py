@@ -73,7 +73,7 @@ def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel, per: in
     return (
         ggplot(df, aes("step", "ms", fill="part"))
         + geom_col(width=per_bar.width(per))
-        + facet_wrap("rank", labeller=lambda r: groups.label(int(r)), ncol=cols)  # type: ignore[arg-type]
+        + facet_wrap("rank", labeller=lambda r: groups.panel(int(r)), ncol=cols)  # type: ignore[arg-type]
         + per_bar.axis(df["step"])
         + scale_fill_manual(values={"hidden": PHASE_COLORS["compute"], "exposed": PHASE_COLORS["allreduce"]},
                             breaks=["hidden", "exposed"],

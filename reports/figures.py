@@ -170,7 +170,7 @@ def step_breakdown(steps: pd.DataFrame, label: RunLabel, per: int | None = None,
     return (
         ggplot(df, aes("step", "ms", fill="phase"))  # type: ignore[operator]
         + geom_col(width=per_bar.width(per))
-        + facet_wrap("rank", labeller=lambda r: groups.label(int(r)), ncol=cols)  # type: ignore[arg-type]
+        + facet_wrap("rank", labeller=lambda r: groups.panel(int(r)), ncol=cols)  # type: ignore[arg-type]
         + per_bar.axis(df["step"])
         + phase_fill(present_phases(df["phase"], df["ms"]))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
@@ -264,6 +264,9 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
                if (boxes.groupby("op")["n"].sum() > MAX_POINTS).any() else "")
     boxes = with_x(boxes)
     shown = with_x(shown)
+    # in rank order (as text, "512-1023" came after "3584-4095")
+    order = pd.unique(pd.concat([boxes, shown]).sort_values("rank", kind="stable")["x"])
+    boxes["x"], shown["x"] = (pd.Categorical(df["x"], categories=order) for df in (boxes, shown))
     shown["who"] = shown["arrived_last"].map({True: "arrived last", False: "waited"})
     ops = w["op"].nunique()
     return (
@@ -280,5 +283,7 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 1.4 * ((ops - 1) // 2)),
                 axis_title_x=element_blank(), legend_title=element_blank())
-        + (theme(axis_text_x=element_text(size=BASE_SIZE - 3)) if crowded else theme())
+        # many boxes: smaller ticks; four-digit ranges ("1024-1535") smaller still, or they touch
+        + (theme(axis_text_x=element_text(size=BASE_SIZE - (4 if groups.per > 1 and groups.ranks > 1000 else 3)))
+           if crowded else theme())
     )

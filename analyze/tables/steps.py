@@ -120,6 +120,12 @@ class RankGroups:
             return f"rank {first}"
         return f"{first}-{last}" if short else f"ranks {first}-{last}"
 
+    def panel(self, first: int) -> str:
+        """A panel's name (:meth:`label`), without the word where the run has rank numbers of
+        four digits: 'ranks 1024-1279' ran into the next panel's (the subtitle says what a
+        panel holds)."""
+        return self.label(first, short=self.per > 1 and self.ranks > 1000)
+
     def note(self) -> str:
         """What a figure's subtitle says of the groups ('' when a group is one rank)."""
         return f"\neach panel: the mean of {self.per} consecutive ranks" if self.per > 1 else ""

@@ -184,6 +184,22 @@ def test_many_ranks_share_panels_and_boxes_as_means_of_their_ranks(tmp_path: Pat
     grouped_sample = views.waits_summary(db, 200, groups)[0]
     pd.testing.assert_frame_equal(grouped_sample, alone.assign(rank=alone["rank"] // 3 * 3))
     assert grouped_sample["rank"].nunique() == 14
+    # the boxes side by side in rank order (as text, "10-14" came before "5-9")
+    boxes_of = rank_groups(db, figures.MAX_BOXES)
+    sample, boxes, counts = views.waits_summary(db, figures.MAX_POINTS, boxes_of)
+    plot = drawn(figures.collective_waits(sample, counts, LABEL, boxes, boxes_of))
+    firsts = [int(str(t).split("-")[0]) for t in plot.layout.panel_params[0].x.labels]
+    assert firsts == list(range(0, 40, 5))
+
+
+def test_panels_of_four_digit_ranks_drop_the_word() -> None:
+    """'ranks 1024-1279' ran into the next panel's name: with rank numbers of four digits a
+    panel is named by its range alone (the subtitle says what a panel holds)."""
+    from analyze.tables.steps import RankGroups
+
+    assert RankGroups(256, 4096).panel(1024) == "1024-1279"
+    assert RankGroups(64, 1000).panel(0) == "ranks 0-63"
+    assert RankGroups(1, 4096).panel(7) == "rank 7"
 
 
 @pytest.mark.parametrize("n, first", [(3, 0), (12, 5), (40, 0), (900, 1)])
