@@ -9,6 +9,7 @@ import pytest
 
 import analyze
 from analyze.tables.causes.region_time import NO_REGION, region_times
+from analyze.tables.causes.window import all_steps
 from analyze.tables.phases import split_by_rank
 from tests.literal import write_literal
 
@@ -38,6 +39,11 @@ def test_region_times_are_exclusive_and_add_up(tmp_path: Path) -> None:
         (1, "dltrace.forward", 30 * MS),  # the step region is all forward: no exclusive time
         (2, "none", 10 * MS),
     ]
+    # the steps handed over (as the cause build does, from the steps it holds) give the same
+    # rows as the steps read from the run
+    given = region_times(db, np.array([0, 0, 0]), np.array([0, 1, -1]), np.array([15, 120, 100]) * MS,
+                         np.array([85, 150, 110]) * MS, all_steps(db))
+    assert given.sort_values(["q", "region"]).values.tolist() == got.sort_values(["q", "region"]).values.tolist()
 
 
 def test_windows_of_a_step_or_two_give_the_same_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -53,9 +59,9 @@ def test_windows_of_a_step_or_two_give_the_same_tables(tmp_path: Path, monkeypat
     sizes = []  # distinct steps in each statement summing time per region (memory follows them)
     whole_run = region_time.region_times
 
-    def recording(con, rank, step, b, e):  # type: ignore[no-untyped-def]
+    def recording(con, rank, step, b, e, steps=None):  # type: ignore[no-untyped-def]
         sizes.append(len(np.unique(step[step >= 0])))
-        return whole_run(con, rank, step, b, e)
+        return whole_run(con, rank, step, b, e, steps)
 
     monkeypatch.setattr(region_time, "region_times", recording)
     windowed = analyze.build(run, db=tmp_path / "windowed.duckdb", causes=True).db

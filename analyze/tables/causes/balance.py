@@ -34,8 +34,10 @@ from analyze.tables.phases import PHASES
 def step_summary(win: Window) -> pd.DataFrame:
     """Per rank and step of a window, from the phase model's sweep: duration_ns, compute_ns,
     idle_ns, comm_ns (allreduce, other_comm and other) and scaled_ns (compute inside data
-    loading, forward or backward). The phases equal the phases table's."""
-    parts = []
+    loading, forward or backward). The phases equal the phases table's. Columns are gathered
+    per rank and made into one frame (a frame per rank took 3 s at 4,096 ranks)."""
+    names = ("rank", "step", "duration_ns", "compute_ns", "idle_ns", "comm_ns", "scaled_ns")
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in names}
     for rank, rw in win.ranks.items():
         n = len(rw.steps)
         if len(rw.bounds) < 2 or n == 0:
@@ -46,14 +48,16 @@ def step_summary(win: Window) -> pd.DataFrame:
         step = rw.step_of[inside]
         per_phase = np.bincount(step * len(PHASES) + code, weights=length,
                                 minlength=n * len(PHASES)).astype(np.int64).reshape(n, len(PHASES))
-        parts.append(pd.DataFrame({
-            "rank": rank, "step": rw.steps, "duration_ns": rw.step_end - rw.step_start,
-            "compute_ns": per_phase[:, COMPUTE], "idle_ns": per_phase[:, IDLE],
-            "comm_ns": per_phase.sum(axis=1) - per_phase[:, COMPUTE] - per_phase[:, IDLE],
-            "scaled_ns": np.bincount(step, weights=length * ((code == COMPUTE) & rw.per_sample[inside]),
-                                     minlength=n).astype(np.int64)}))
-    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
-        columns=["rank", "step", "duration_ns", "compute_ns", "idle_ns", "comm_ns", "scaled_ns"])
+        for c, v in (("rank", np.full(n, rank, np.int64)), ("step", rw.steps),
+                     ("duration_ns", rw.step_end - rw.step_start),
+                     ("compute_ns", per_phase[:, COMPUTE]), ("idle_ns", per_phase[:, IDLE]),
+                     ("comm_ns", per_phase.sum(axis=1) - per_phase[:, COMPUTE] - per_phase[:, IDLE]),
+                     ("scaled_ns", np.bincount(step, weights=length * ((code == COMPUTE) & rw.per_sample[inside]),
+                                               minlength=n).astype(np.int64))):
+            parts[c].append(v)
+    if not parts["rank"]:
+        return pd.DataFrame(columns=list(names))
+    return pd.DataFrame({c: np.concatenate(v) for c, v in parts.items()})
 
 
 def split_batch(total: int, shares: list[float]) -> list[int]:

@@ -111,7 +111,7 @@ def _window_rows(con: duckdb.DuckDBPyConnection, batches: Batches, steps: StepIn
         con, np.concatenate([rank, chain["rank"].to_numpy(np.int64)]),
         np.concatenate([step, chain["step"].to_numpy(np.int64)]),
         np.concatenate([b, chain["start_ns"].to_numpy(np.int64)]),
-        np.concatenate([e, chain["end_ns"].to_numpy(np.int64)]))
+        np.concatenate([e, chain["end_ns"].to_numpy(np.int64)]), steps.all)
     q = times["q"].to_numpy()
     batches.add("delays", delays.attribute(w, times[q < len(b)], steps))
     regions = critical_path.path_regions(chain, times[q >= len(b)].assign(q=q[q >= len(b)] - len(b)))

@@ -68,10 +68,9 @@ class StepIndex:
     """Every rank's steps (start, end, number), for finding the step around a time."""
 
     def __init__(self, con: duckdb.DuckDBPyConnection):
-        df = con.execute("SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, start_ns").df()
-        self.by_rank = {int(r): (g["step"].to_numpy(np.int64), g["start_ns"].to_numpy(np.int64),
-                                 g["end_ns"].to_numpy(np.int64)) for r, g in df.groupby("rank")}
-        self.last_step = int(df["step"].max()) if len(df) else -1
+        self.all = all_steps(con)
+        self.by_rank = {r: (g["step"], g["start_ns"], g["end_ns"]) for r, g in split_by_rank(self.all).items()}
+        self.last_step = int(self.all["step"].max()) if len(self.all["step"]) else -1
 
     def step_at(self, rank: np.ndarray, t: np.ndarray) -> np.ndarray:
         """Step number around each (rank, time); -1 outside every step."""
@@ -212,16 +211,22 @@ def coverage(bounds: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarr
     return np.cumsum(delta)[: max(len(bounds) - 1, 0)]
 
 
-def _rank_window(rank: int, st: pd.DataFrame, segs: dict[str, np.ndarray], m: dict[str, np.ndarray]) -> RankWindow:
-    step_start = st["start_ns"].to_numpy(np.int64)
-    step_end = st["end_ns"].to_numpy(np.int64)
+def all_steps(con: duckdb.DuckDBPyConnection) -> dict[str, np.ndarray]:
+    """Every rank's steps as int64 columns rank, step, start_ns, end_ns, by rank and time."""
+    got = con.execute("SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, start_ns").fetchnumpy()
+    return {k: np.asarray(v, np.int64) for k, v in got.items()}
+
+
+def _rank_window(rank: int, st: dict[str, np.ndarray], segs: dict[str, np.ndarray], m: dict[str, np.ndarray],
+                 ) -> RankWindow:
+    step_start = st["start_ns"]
+    step_end = st["end_ns"]
     bounds, codes, _ = phases.elementary(segs["start"], segs["end"], segs["level"], step_start, step_end)
     blocking = np.sort(m["end_ns"][np.isin(m["kind"], BLOCKING_KINDS)])
     ps = m["kind"] == PER_SAMPLE_KIND
     per_sample = coverage(bounds, m["start_ns"][ps], m["end_ns"][ps]) > 0
     step_of = step_index(bounds[:-1], step_start, step_end) if len(bounds) > 1 else np.zeros(0, np.int64)
-    return RankWindow(rank, st["step"].to_numpy(np.int64), step_start, step_end, bounds, codes, step_of,
-                      blocking, per_sample)
+    return RankWindow(rank, st["step"], step_start, step_end, bounds, codes, step_of, blocking, per_sample)
 
 
 def windows(con: duckdb.DuckDBPyConnection, steps: StepIndex) -> Iterator[Window]:
@@ -232,11 +237,11 @@ def windows(con: duckdb.DuckDBPyConnection, steps: StepIndex) -> Iterator[Window
                                WHERE l.is_main""").fetchall()
     n_steps = steps.last_step + 1
     per = max(1, n_steps * WINDOW_INTERVALS // max(1, int(total)))
-    all_steps = con.execute("SELECT rank, step, start_ns, end_ns FROM steps ORDER BY rank, start_ns").df()
     for a in range(0, n_steps, per):
-        st = all_steps[(all_steps["step"] >= a) & (all_steps["step"] < a + per)]
-        if st.empty:
+        inside = (steps.all["step"] >= a) & (steps.all["step"] < a + per)
+        if not inside.any():
             continue
+        st = {k: v[inside] for k, v in steps.all.items()}
         t0, t1 = int(st["start_ns"].min()), int(st["end_ns"].max())
         segs = phases.segments(con, t0, t1)
         main = _main_intervals(con, t0, t1)
@@ -245,8 +250,7 @@ def windows(con: duckdb.DuckDBPyConnection, steps: StepIndex) -> Iterator[Window
         by_rank = split_by_rank(main)
         seg_columns = {c: segs[c].to_numpy(np.int64) for c in ("rank", "start", "end", "level")}
         segs_of = split_by_rank(seg_columns)
-        for rank, rs in st.groupby("rank"):
-            ranks[int(rank)] = _rank_window(int(rank), rs,
-                                            segs_of.get(int(rank), {k: v[:0] for k, v in seg_columns.items()}),
-                                            by_rank.get(int(rank), {k: v[:0] for k, v in main.items()}))
+        for rank, rs in split_by_rank(st).items():
+            ranks[rank] = _rank_window(rank, rs, segs_of.get(rank, {k: v[:0] for k, v in seg_columns.items()}),
+                                       by_rank.get(rank, {k: v[:0] for k, v in main.items()}))
         yield Window(t0, t1, ranks, _comm(main, colls), colls, _p2p_waits(con, t0, t1))
