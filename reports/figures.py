@@ -273,7 +273,8 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
         ggplot(shown, aes("x", "wait_ms"))
         + geom_boxplot(boxes, aes("x", lower="lower", middle="middle", upper="upper", ymin="ymin", ymax="ymax"),
                        stat="identity", inherit_aes=False, width=0.5, color="#555555")
-        + geom_jitter(aes(color="who"), width=0.18, height=0, size=1.2, alpha=0.8)
+        # seeded, so the same run draws the same figure (plotnine takes a seed of 0 for none)
+        + geom_jitter(aes(color="who"), width=0.18, height=0, random_state=1, size=1.2, alpha=0.8)
         + facet_wrap("op", scales="free", ncol=min(2, ops))
         + scale_color_manual(values={"arrived last": PHASE_COLORS["idle"], "waited": PHASE_COLORS["compute"]})
         + labs(title=label.title(),

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import duckdb
 import matplotlib
+import numpy as np
 import pandas as pd
 import pytest
 from matplotlib import pyplot as plt
@@ -125,6 +126,19 @@ def test_collective_waits_marks_the_straggler() -> None:
     assert (points["color"] == PHASE_COLORS["idle"]).sum() == 4  # the ranks that arrived last
     axis = plot.layout.panel_params[0].x.labels  # allreduce panel: rank 1 was last twice of three
     assert list(axis) == ["rank 0\nlast 1/3", "rank 1\nlast 2/3"]
+
+
+def test_collective_waits_jitters_the_same_way_each_time() -> None:
+    """The points are spread sideways at random, from a fixed seed: the same run draws the
+    same figure (two reports of one run gave different waits pages before)."""
+    rng = np.random.default_rng(1)
+    waits = pd.DataFrame({"op": "allreduce", "rank": np.tile([0, 1, 2, 3], 50), "comm_id": 0,
+                          "seq": np.repeat(np.arange(50), 4), "wait_ms": rng.random(200),
+                          "arrived_last": np.tile([False, False, False, True], 50)})
+    xs = [drawn(figures.collective_waits(waits, views.stragglers(waits), LABEL)).layers[1].data["x"].to_numpy()
+          for _ in range(2)]
+    assert not np.allclose(xs[0], np.round(xs[0]))  # jittered
+    assert np.array_equal(xs[0], xs[1])
 
 
 def test_stragglers_count_instances_per_op() -> None:
