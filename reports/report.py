@@ -26,6 +26,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from analyze import views
 from analyze.errors import AnalyzeError
 from analyze.experiments import compare
+from analyze.schema import STEPS
 from analyze.tables import database
 from analyze.tables.steps import rank_groups, step_bins
 from analyze.views import Timeline
@@ -103,7 +104,8 @@ def build_report(
     notes: list[str] = []
     for i, run in enumerate(runs, start=1):
         paths = database.build(run, force=force, step_region=step_region, patterns=patterns, causes=True)
-        with duckdb.connect(str(paths.db), read_only=True, config=database.read_config()) as con:
+        with duckdb.connect(str(paths.db), read_only=True, config=database.read_config()) as con, \
+                database.held(con, STEPS.name):
             label, mine, tl = run_pages(con, i, steps, str(run))
             per_phase = views.breakdown(con)
         comparison.append(per_phase.assign(run=label.short()))

@@ -211,3 +211,28 @@ def test_the_step_axis_marks_whole_steps_only(n: int, first: int) -> None:
     assert ticks and all(float(t).is_integer() for t in ticks)
     if n <= 12:  # few steps: every one of them
         assert [int(t) for t in ticks] == list(range(first, first + n))
+
+
+def test_many_ranks_hold_the_steps_in_memory_for_the_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above HOLD_RANKS ranks the report reads the steps from a copy in memory (each read of
+    the view opens every rank's file), with the same rows, and leaves no table behind."""
+    import analyze
+    from analyze.tables import database
+    from bench import synth
+
+    run, _ = synth.write(20_000, tmp_path / "run", 12)
+    db = analyze.open(run)
+    temporary = "SELECT table_name FROM duckdb_tables() WHERE temporary"
+    every = "SELECT * FROM steps ORDER BY ALL"
+    want, phases = db.execute(every).fetchall(), views.step_phases(db)
+    with database.held(db, "steps"):  # 12 ranks: the view, as before
+        assert not db.execute(temporary).fetchall()
+    monkeypatch.setattr(database, "HOLD_RANKS", 8)
+    with database.held(db, "steps"):
+        assert db.execute(temporary).fetchall() == [("steps",)]
+        assert db.execute(every).fetchall() == want and len(want) > 12
+        pd.testing.assert_frame_equal(views.step_phases(db), phases)
+    assert not db.execute(temporary).fetchall()
+    monkeypatch.setattr(database, "HOLD_ROWS", len(want) - 1)  # too many rows: the view
+    with database.held(db, "steps"):
+        assert not db.execute(temporary).fetchall() and db.execute(every).fetchall() == want
