@@ -145,7 +145,8 @@ def write(pages: list[Page], out: Path, png: bool = False) -> list[Path]:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # plotnine's notes on saving; the figures are checked by tests
-            with PdfPages(tmp) as pdf:
+            # no creation date: the same run gives the same bytes (a paper's figures under version control)
+            with PdfPages(tmp, metadata={"CreationDate": None}) as pdf:
                 for page in pages:
                     fig = page.plot.draw()
                     pdf.savefig(fig, dpi=PNG_DPI)  # the resolution of any part drawn as an image

@@ -75,3 +75,27 @@ def test_hostile_run_names_and_a_missing_run(tmp_path: Path) -> None:
 def test_output_must_be_a_pdf(tmp_path: Path) -> None:
     proc = report(str(tmp_path / "whatever"), "-o", str(tmp_path / "r.png"))
     assert proc.returncode != 0 and "must end in .pdf" in proc.stderr
+
+
+def test_the_same_run_gives_the_same_report_bytes(tmp_path: Path) -> None:
+    """A report is reproducible: no creation date in the PDF, the waits' jitter seeded (two
+    reports of one run differed in both)."""
+    records = []
+    for step in range(6):
+        t = step * 20 * MS
+        for rank in (0, 1):
+            records.append((rank, "dltrace.step", t, t + 15 * MS))
+            records.append((rank, "MPI_Allreduce", t + (5 + 3 * rank + step % 2) * MS, t + 12 * MS,
+                            {"op": "allreduce", "bytes": 8}))
+    run = tmp_path / "run"
+    write_literal(run, records)
+    outs = []
+    for name in ("a", "b"):
+        proc = report(str(run), "-o", str(tmp_path / f"{name}.pdf"), "--png")
+        assert proc.returncode == 0, proc.stderr
+        outs.append(tmp_path / f"{name}.pdf")
+    assert outs[0].read_bytes() == outs[1].read_bytes()
+    pngs = sorted(p.name[2:] for p in tmp_path.glob("a-*.png"))
+    assert "01-run-waits.png" in pngs
+    for name in pngs:
+        assert (tmp_path / f"a-{name}").read_bytes() == (tmp_path / f"b-{name}").read_bytes(), name
