@@ -221,3 +221,19 @@ def test_cli_loads_no_heavy_library(command: str) -> None:
                           timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]", f"{command} --help loads {proc.stdout.strip()}"
+
+
+@pytest.mark.parametrize("command", ["instrument", "analyze"])
+def test_every_verbs_help_reads_as_written(command: str) -> None:
+    """argparse formats ``%`` only in arguments' help (and ``%(prog)s``): a description's
+    ``95%%`` would print as such."""
+    import argparse
+    import importlib
+
+    parser = importlib.import_module(f"{command}.cli").build_parser()
+    subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    verbs = {name: p for s in subs for name, p in s.choices.items()}
+    assert verbs
+    for name, p in [(command, parser), *verbs.items()]:
+        text = p.format_help()
+        assert "%%" not in text and "%(" not in text, f"{command} {name} --help: {text}"

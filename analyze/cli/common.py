@@ -21,10 +21,16 @@ def rank_grouping(con: Any, all_ranks: bool) -> tuple[int, int]:
     """(ranks, per): the run's ranks (with steps) and how many consecutive rank numbers
     (``rank // per``) one printed row holds: 1 with ``all_ranks`` or at most
     :data:`MAX_PRINTED_RANKS` ranks."""
+    (ranks, top), = con.execute("SELECT count(DISTINCT rank), coalesce(max(rank) + 1, 0) FROM steps").fetchall()
+    return ranks, ranks_per_row(ranks, top, all_ranks)
+
+
+def ranks_per_row(ranks: int, top: int, all_ranks: bool) -> int:
+    """Consecutive rank numbers one printed row holds, for ``ranks`` ranks numbered below
+    ``top``: 1 with ``all_ranks`` or at most :data:`MAX_PRINTED_RANKS` ranks."""
     from analyze.tables.steps import per_bin
 
-    (ranks, top), = con.execute("SELECT count(DISTINCT rank), coalesce(max(rank) + 1, 0) FROM steps").fetchall()
-    return ranks, 1 if all_ranks or ranks <= MAX_PRINTED_RANKS else per_bin(top, GROUPS)
+    return 1 if all_ranks or ranks <= MAX_PRINTED_RANKS else per_bin(top, GROUPS)
 
 
 def grouping_note(ranks: int, per: int) -> str | None:

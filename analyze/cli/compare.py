@@ -24,7 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "compare", help="one table across a sweep's runs: means, CIs, speedup, models",
         description="Build (or reuse) the database of every run under SWEEP (the directory "
         "instrument sweep wrote) and write SWEEP/compare.duckdb: per-run and per-configuration "
-        "means with 95%% confidence intervals, speedup and efficiency, allocation of variation, "
+        "means with 95% confidence intervals, speedup and efficiency, allocation of variation, "
         "fits against ranks and an allreduce model with hold-out predictions; where the runs have "
         "power, energy, energy per sample and EDP normalized to a baseline (docs/energy.md).")
     p.add_argument("sweep", type=Path, metavar="SWEEP", help="sweep directory (or any directory of runs)")

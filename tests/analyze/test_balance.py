@@ -70,3 +70,46 @@ def test_a_rank_too_slow_for_any_share_gets_none() -> None:
 def test_split_batch_is_whole_and_sums() -> None:
     assert split_batch(64, [0.7, 0.3]) == [45, 19]
     assert split_batch(10, [1, 1, 1]) == [4, 3, 3]
+
+
+def test_many_ranks_print_groups_and_write_the_shares_to_a_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Above 64 ranks: rows of consecutive ranks, shares with the digits that tell them apart
+    (1/80 of a batch is 0.0125, and a slow rank's share less: not 0.000), and the balancing
+    shares in a file that ``--shares @FILE`` reads back, rather than 80 numbers on one line."""
+    from analyze.cli import build_parser
+
+    ranks = 80
+    run = run_with_shares(tmp_path, {"global_batch": 8000}, {r: 40 + r // 2 for r in range(ranks)})
+
+    def balance(*args: str) -> str:
+        ns = build_parser().parse_args(["balance", str(run), *args])
+        assert ns.command(ns) == 0
+        return capsys.readouterr().out
+
+    out = balance()
+    lines = out.splitlines()
+    assert lines[0] == "80 ranks in groups of 3 consecutive ranks, each row their mean (--all-ranks prints every rank)"
+    assert lines[1].split()[:3] == ["ranks", "share", "samples"]
+    assert lines[2].split()[:3] == ["0-2", "0.01250", "100.0"]
+    assert len(lines) == 2 + 27 + 3
+    written = run / "balanced_shares.txt"
+    assert f"shares that balance compute, 80 of them (8,000 samples): written to {written}" in out
+    values = [float(v) for v in written.read_text().split(",")]
+    expected = analyze.open(run).sql("select balanced_share from rank_balance order by rank").df()["balanced_share"]
+    assert len(values) == ranks and values == pytest.approx(list(expected), abs=5e-6)
+    assert values[0] > values[-1] > 0.005  # the faster ranks get more
+    again = balance("--shares", f"@{written}")
+    assert "predicted step" in again
+    every = balance("--all-ranks").splitlines()
+    assert every[0].split()[0] == "rank" and len(every) == 1 + ranks + 3
+    assert "--shares 0.0" in every[-3]  # few enough to print when asked for every rank
+
+
+def test_shares_are_printed_with_three_significant_digits() -> None:
+    from analyze.cli.balance import decimals, shares
+
+    assert decimals([0.626, 0.374]) == 3
+    assert decimals([1 / 4096, float("nan"), 0.0]) == 6  # 0.000244
+    assert decimals([]) == 3
+    assert shares("0.7, 0.3") == [0.7, 0.3] and shares("1 2\n3") == [1.0, 2.0, 3.0]
