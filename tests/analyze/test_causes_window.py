@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 import analyze
@@ -99,3 +100,32 @@ def test_rows_split_by_rank_keep_their_order() -> None:
     assert list(got) == [0, 1, 3]
     assert {r: list(c["value"]) for r, c in got.items()} == {0: [3], 1: [1, 4], 3: [0, 2, 5]}
     assert split_by_rank({"rank": np.zeros(0, np.int64)}) == {}
+
+
+def test_a_wait_across_the_windows_edge_still_names_who_arrived_last(tmp_path: Path) -> None:
+    """A window reads the collectives once and finds the last arrival among its own rows; a
+    collective across its edge, whose last member arrived after the window ends, is looked up
+    in the whole table: the same cause as from a window holding every member."""
+    from analyze.tables.causes.window import _collectives
+
+    coll = {"op": "allreduce", "bytes": 8}
+    write_literal(tmp_path / "run", [
+        (0, "MPI_Allreduce", 0, 60 * MS, coll), (1, "MPI_Allreduce", 10 * MS, 60 * MS, coll),
+        (2, "MPI_Allreduce", 50 * MS, 60 * MS, coll), (3, "MPI_Allreduce", 50 * MS, 60 * MS, coll),
+        (0, "MPI_Allreduce", 90 * MS, 110 * MS, coll), (1, "MPI_Allreduce", 100 * MS, 110 * MS, coll),
+        (2, "MPI_Allreduce", 90 * MS, 110 * MS, coll), (3, "MPI_Allreduce", 90 * MS, 110 * MS, coll),
+    ])
+    db = analyze.open(tmp_path / "run")
+
+    def causes(t0: int, t1: int) -> dict[tuple[int, int], int | None]:
+        rows = _collectives(db, t0 * MS, t1 * MS)
+        return {(int(r.rank), int(r.enter_ns) // MS): None if pd.isna(r.cause_rank) else int(r.cause_rank)
+                for r in rows.itertuples()}
+
+    whole = causes(0, 200)
+    assert whole[(0, 0)] == 2 and whole[(1, 10)] == 2  # ranks 2 and 3 arrived last together: the lower
+    assert whole[(2, 50)] is None and whole[(0, 90)] == 1 and whole[(1, 100)] is None
+    edge = causes(0, 40)  # ranks 2 and 3 entered after the window: only ranks 0 and 1 are in it
+    assert edge == {(0, 0): 2, (1, 10): 2}
+    late = causes(95, 200)  # the second allreduce, its last arrival (100) inside
+    assert late == {(0, 90): 1, (1, 100): None, (2, 90): 1, (3, 90): 1}
