@@ -69,3 +69,64 @@ def test_walk_follows_a_chain_of_waits_across_three_ranks() -> None:
 def test_walk_stays_on_a_rank_whose_idle_ended_before_its_cause_arrived() -> None:
     # rank 0's idle 30-40 was cut short (it computed again) while rank 1 arrived at 55
     assert walk({0: (0, 100), 1: (0, 90)}, [(0, 30, 40, 1, 55, "allreduce")]) == [(0, 0, 100, None)]
+
+
+def _reference_paths(ends: dict[int, dict[int, tuple[int, int]]], waits: list[tuple]) -> tuple[list, list]:
+    """What the windows' paths are by definition: :func:`walk` on every step (the chain rows
+    and the path ends, as window_paths gives them)."""
+    chain, summary = [], []
+    for s in sorted(ends):
+        path = walk(ends[s], [w[1:] for w in waits if w[0] == s])
+        summary.append((s, path[-1][1], path[0][2], path[0][0]))
+        kept = [(r, a, b, via) for r, a, b, via in reversed(path) if b > a or len(path) == 1]
+        chain += [(s, hop, r, a, b, b - a, via) for hop, (r, a, b, via) in enumerate(kept)]
+    return chain, summary
+
+
+def test_window_paths_agree_with_walking_every_step() -> None:
+    """Steps whose last rank has no wait inside the step are one stretch, found without a walk;
+    the others are walked: random windows of 1-5 ranks give the rows of a walk on every step."""
+    import numpy as np
+    import pandas as pd
+
+    from analyze.tables.causes.critical_path import window_paths
+    from analyze.tables.causes.window import RankWindow, Window
+
+    rng = np.random.default_rng(7)
+    nothing = np.zeros(0, np.int64)
+    walked_some = single_some = False
+    for _ in range(400):
+        n_ranks, n_steps = int(rng.integers(1, 6)), int(rng.integers(1, 12))
+        ends: dict[int, dict[int, tuple[int, int]]] = {}
+        ranks = {}
+        for r in range(n_ranks):
+            steps = np.sort(rng.choice(n_steps + 2, size=n_steps, replace=False)) if r else np.arange(n_steps)
+            # coarse times: equal ends across ranks, waits ending at a step's very end
+            start = steps * 10 + rng.integers(0, 3, len(steps))
+            end = start + rng.integers(0, 6, len(steps))
+            for s, a, b in zip(steps.tolist(), start.tolist(), end.tolist(), strict=True):
+                ends.setdefault(s, {})[r] = (a, b)
+            ranks[r] = RankWindow(r, steps, start, end, nothing, nothing, nothing, nothing, nothing.astype(bool))
+        waits = []
+        for _ in range(int(rng.integers(0, 4 * n_steps))):
+            s = int(rng.choice(sorted(ends)))
+            r = int(rng.choice(sorted(ends[s])))
+            a, b = ends[s][r]
+            i1 = int(rng.integers(a - 1, b + 2))
+            i0 = int(rng.integers(a - 2, i1 + 1))
+            cause = int(rng.integers(0, n_ranks + 1))  # n_ranks: a rank without the step
+            enter = i1 - int(rng.integers(-2, 8))
+            waits.append((s, r, i0, i1, cause, enter, "allreduce"))
+        frame = pd.DataFrame(waits, columns=["step", "rank", "idle_start_ns", "idle_end_ns", "cause_rank",
+                                             "cause_enter_ns", "op"])
+        unknown = pd.DataFrame([(0, 0, 0, 0, None, 0, "x")], columns=frame.columns)  # no cause: ignored
+        frame = pd.concat([frame, unknown], ignore_index=True).astype({"cause_rank": "Int64"})
+        win = Window(0, 0, ranks, pd.DataFrame(), pd.DataFrame(), pd.DataFrame())
+        chain, summary = window_paths(win, frame)
+        want_chain, want_summary = _reference_paths(ends, waits)
+        got = [(*row[:-1], None if pd.isna(row[-1]) else row[-1]) for row in chain.itertuples(index=False, name=None)]
+        assert got == want_chain
+        assert list(summary.itertuples(index=False, name=None)) == want_summary
+        walked_some |= any(hop > 0 for _, hop, *_ in want_chain)
+        single_some |= any(hop == 0 for _, hop, *_ in want_chain)
+    assert walked_some and single_some
