@@ -85,7 +85,7 @@ def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
     Most steps' paths are one stretch: the rank that ended the step last has no wait ending
     inside its step. Those are found in numpy; :func:`walk` takes the others (at 10^8 events a
     call per step was most of the time spent on paths: 0.34 s per window of 21k steps)."""
-    parts = list(win.ranks.values())
+    parts = [rw for rw in win.ranks.values() if len(rw.steps)]
     if not parts:
         return _chain([], [], [], [], []), pd.DataFrame(columns=["step", "start_ns", "end_ns", "end_rank"])
     step = np.concatenate([rw.steps for rw in parts]).astype(np.int64)
