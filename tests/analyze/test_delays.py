@@ -137,3 +137,10 @@ def test_bucket_on_a_lane_caused_by_the_last_rank_to_issue_it(tmp_path: Path, is
     # only positive one, so it gets the whole idle time
     assert causes(db) == expect
     assert_idle_sums(db)
+
+
+def test_idle_times_read_without_exponents() -> None:
+    from analyze.tables.causes.views import ms
+
+    assert [ms(120e6), ms(1.25e6), ms(12_300), ms(1_000), ms(40), ms(0)] == \
+        ["120.0 ms", "1.25 ms", "0.0123 ms", "0.001 ms", "40 ns", "0 ms"]

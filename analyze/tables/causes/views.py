@@ -30,8 +30,11 @@ def step_ranges(steps: list[int], most: int = 4) -> str:
 
 
 def ms(ns: float) -> str:
-    """120.0 ms, 1.25 ms, 0.0123 ms: a tenth of a millisecond, or three significant digits below 10 ms."""
+    """120.0 ms, 1.25 ms, 0.0123 ms: a tenth of a millisecond, or three significant digits below 10 ms;
+    below a microsecond in nanoseconds (40 ns, not 4e-05 ms)."""
     v = ns / 1e6
+    if 0 < ns < 1000:
+        return f"{ns:.3g} ns"
     return f"{v:.1f} ms" if v >= 10 else f"{v:.3g} ms"
 
 
