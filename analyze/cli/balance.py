@@ -78,9 +78,14 @@ def run(ns: argparse.Namespace) -> int:
     if per > 1:
         print(grouping_note(len(table), per))
         shown = rank_groups_of(shown, per)
-    fraction = {c: (lambda v: "-" if v != v else f"{v:.{digits}f}") for c in ("share", "balanced_share")}
-    rounded = shown.round({c: 3 for c in shown.columns if c not in fraction})
-    print(rounded.to_string(index=False, na_rep="-", formatters=fraction))
+    # shares with the digits that tell them apart, samples whole (a group's mean to a tenth)
+    formats = {"share": f".{digits}f", "balanced_share": f".{digits}f",
+               "samples": ".0f" if per == 1 else ".1f", "balanced_samples": ".0f" if per == 1 else ".1f"}
+    text = shown.astype(object)
+    for c in shown.columns[1:]:
+        f = formats.get(c, ".3f")
+        text[c] = ["-" if v != v else format(v, f) for v in shown[c]]
+    print(text.to_string(index=False, col_space={c: len(c) + 1 for c in text.columns}))
     suggested = ",".join(f"{v:.{digits}f}" for v in table["balanced_share"])
     whole = table["balanced_samples"].notna().all()
     if per == 1:

@@ -103,6 +103,7 @@ def test_many_ranks_print_groups_and_write_the_shares_to_a_file(
     assert "predicted step" in again
     every = balance("--all-ranks").splitlines()
     assert every[0].split()[0] == "rank" and len(every) == 1 + ranks + 3
+    assert every[1].split()[:3] == ["0", "0.01250", "100"]  # a rank's samples whole, as before
     assert "--shares 0.0" in every[-3]  # few enough to print when asked for every rank
 
 
