@@ -100,9 +100,7 @@ def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
     steps, last_rank, last_start, last_end = step[first], rank[first], start[first], end[first]
 
     known = waits[waits["cause_rank"].notna()] if len(waits) else waits
-    w_step = known["step"].to_numpy(np.int64) if len(known) else np.zeros(0, np.int64)
-    w_rank = known["rank"].to_numpy(np.int64) if len(known) else np.zeros(0, np.int64)
-    w_end = known["idle_end_ns"].to_numpy(np.int64) if len(known) else np.zeros(0, np.int64)
+    w_step, w_rank, w_end = (known[c].to_numpy(np.int64) for c in ("step", "rank", "idle_end_ns"))
     at = np.minimum(np.searchsorted(steps, w_step), len(steps) - 1)
     # a wait on the step's last rank ending inside its step: the path may leave that rank
     leaves = (steps[at] == w_step) & (w_rank == last_rank[at]) & (w_end <= last_end[at]) & (w_end > last_start[at])
@@ -174,7 +172,7 @@ def top_regions(regions: pd.DataFrame) -> pd.Series:
     if not len(step):
         return pd.Series(region, index=step, name="region_id")
     steps = Groups(step)  # groups in (step, region) order: each step's rows are consecutive
-    most = np.repeat(np.maximum.reduceat(total, steps.first), steps.size())
+    most = np.repeat(steps.max(total), steps.size())
     top = np.flatnonzero(total == most)
     top = top[np.unique(step[top], return_index=True)[1]]  # the lowest region of each step's ties
     return pd.Series(region[top], index=step[top], name="region_id")
