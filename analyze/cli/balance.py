@@ -85,7 +85,9 @@ def run(ns: argparse.Namespace) -> int:
     for c in shown.columns[1:]:
         f = formats.get(c, ".3f")
         text[c] = ["-" if v != v else format(v, f) for v in shown[c]]
-    print(text.to_string(index=False, col_space={c: len(c) + 1 for c in text.columns}))
+    # every column a space wider than its header and its widest value: two spaces apart, as numbers print
+    width = {c: 1 + max(len(c), *(len(str(v)) for v in text[c])) for c in text.columns}
+    print(text.to_string(index=False, col_space=width))
     suggested = ",".join(f"{v:.{digits}f}" for v in table["balanced_share"])
     whole = table["balanced_samples"].notna().all()
     if per == 1:
