@@ -129,3 +129,17 @@ def test_a_wait_across_the_windows_edge_still_names_who_arrived_last(tmp_path: P
     assert edge == {(0, 0): 2, (1, 10): 2}
     late = causes(95, 200)  # the second allreduce, its last arrival (100) inside
     assert late == {(0, 90): 1, (1, 100): None, (2, 90): 1, (3, 90): 1}
+
+
+def test_the_steps_a_window_asks_for_are_found_as_isin_finds_them() -> None:
+    """region_time._rows_of: a binary search in the run's sorted step keys (duplicates and all),
+    and np.isin where the keys are not sorted."""
+    from analyze.tables.causes.region_time import _rows_of
+
+    rng = np.random.default_rng(0)
+    for trial in range(500):
+        keys = np.sort(rng.integers(0, 15, rng.integers(0, 30))).astype(np.int64)
+        if trial % 3 == 0:
+            rng.shuffle(keys)
+        wanted = rng.integers(-2, 18, rng.integers(0, 10)).astype(np.int64)
+        assert _rows_of(keys, wanted).tolist() == np.flatnonzero(np.isin(keys, wanted)).tolist()

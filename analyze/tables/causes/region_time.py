@@ -53,8 +53,8 @@ def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndar
                             "step": np.asarray(step, np.int64), "b": b, "e": e})
     # only the queries' own steps: all of a long run's steps, registered for each window, took
     # 0.5 GB more at the peak of the cause tables at 10^8 events (893k steps, 21 windows)
-    wanted = np.isin(np.asarray(steps["rank"], np.int64) << 32 | np.asarray(steps["step"], np.int64),
-                     queries["rank"].to_numpy() << 32 | queries["step"].to_numpy())
+    wanted = _rows_of(np.asarray(steps["rank"], np.int64) << 32 | np.asarray(steps["step"], np.int64),
+                      queries["rank"].to_numpy() << 32 | queries["step"].to_numpy())
     steps = {c: np.asarray(steps[c], np.int64)[wanted] for c in ("rank", "step", "start_ns", "end_ns")}
     con.register("region_time_queries", queries)
     con.register("region_time_steps", pd.DataFrame(steps))
@@ -108,3 +108,16 @@ def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndar
     return pd.DataFrame({"q": np.concatenate([q, more]),
                          "region": np.concatenate([region, np.full(len(more), NO_REGION)]),
                          "ns": np.concatenate([ns, rest[more]])})
+
+
+def _rows_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """The rows of ``keys`` (every row of a key it holds twice) whose key is among ``wanted``,
+    in order. The run's steps come sorted by (rank, step): a binary search for each distinct
+    wanted key then, rather than ``np.isin``, which sorts all of them again (0.1 s per window
+    at 10^8 events, 893k steps)."""
+    if len(keys) and not (keys[1:] >= keys[:-1]).all():
+        return np.flatnonzero(np.isin(keys, wanted))
+    wanted = np.unique(wanted)
+    first, last = np.searchsorted(keys, wanted, "left"), np.searchsorted(keys, wanted, "right")
+    count = last - first
+    return np.arange(int(count.sum())) + np.repeat(first - (np.cumsum(count) - count), count)
