@@ -140,11 +140,10 @@ def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
 def _chain(step: Any, rank: Any, start: Any, end: Any, via: Any) -> pd.DataFrame:
     """critical_path rows from their columns, in step order (stable: a step's stretches stay
     in time order), each step's stretches numbered from 0 (hop)."""
-    step = np.asarray(step, np.int64)
-    order = np.argsort(step, kind="stable")
-    step = step[order]
-    first = np.flatnonzero(np.r_[True, step[1:] != step[:-1]]) if len(step) else np.zeros(0, np.int64)
-    hop = np.arange(len(step)) - np.repeat(first, np.diff(np.append(first, len(step))))
+    g = Groups(np.asarray(step, np.int64))
+    order = g.order
+    step = np.asarray(step, np.int64)[order]
+    hop = np.arange(len(step)) - np.repeat(g.first, g.size())
     start, end = np.asarray(start, np.int64)[order], np.asarray(end, np.int64)[order]
     return pd.DataFrame({"step": step, "hop": hop.astype(np.int64), "rank": np.asarray(rank, np.int64)[order],
                          "start_ns": start, "end_ns": end, "duration_ns": end - start,

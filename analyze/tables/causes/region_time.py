@@ -113,8 +113,8 @@ def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndar
 def _rows_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """The rows of ``keys`` (every row of a key it holds twice) whose key is among ``wanted``,
     in order. The run's steps come sorted by (rank, step): a binary search for each distinct
-    wanted key then, rather than ``np.isin``, which sorts all of them again (0.1 s per window
-    at 10^8 events, 893k steps)."""
+    wanted key then, rather than ``np.isin``, which sorts all of them again (45 ms per window
+    at 10^8 events, 893k steps, against 8 ms)."""
     if len(keys) and not (keys[1:] >= keys[:-1]).all():
         return np.flatnonzero(np.isin(keys, wanted))
     wanted = np.unique(wanted)
