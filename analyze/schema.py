@@ -14,7 +14,7 @@ from traceio.records import Device
 
 # 2: metrics and energy tables; 3: the device, Kineto and cause tables; 4: tables stored as
 # Parquet under RUN/tables, views in the database (older databases are rebuilt)
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 
 class Phase(StrEnum):
@@ -157,7 +157,8 @@ INTERVALS = _t(
     ("start_ns", "BIGINT", "enter time"),
     ("end_ns", "BIGINT", "leave time"),
     ("duration_ns", "BIGINT", "inclusive time, end_ns - start_ns"),
-    ("exclusive_ns", "BIGINT", "duration minus the durations of direct children"),
+    ("exclusive_ns", "BIGINT", "duration minus the durations of direct children (Chrome traces: up to "
+     "chrome_events.own_end_ns where a later slice partly overlaps it)"),
     ("truncated", "BOOLEAN", "no Leave was recorded; closed at the location's last event"),
     partition_by="rank",
 )
@@ -465,6 +466,8 @@ CHROME_EVENTS = _t(
     ("cat", "VARCHAR", "the event's cat (kernel, cpu_op, cuda_runtime, ...); NULL if absent"),
     ("args", "JSON", "its args as written (NCCL: Collective name, In msg nelems, dtype, ...)"),
     ("extra", "JSON", "any other keys of the event"),
+    ("own_end_ns", "BIGINT", "where its exclusive time ends, when a later slice that only partly overlaps it "
+     "(or an enclosing slice) starts before its end_ns: the overlap is that slice's time; NULL otherwise"),
 )
 
 CHROME_TRACKS = _t(

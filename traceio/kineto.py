@@ -274,6 +274,23 @@ def nest(starts: list[int], ends: list[int]) -> tuple[list[int], list[int], int]
     return parent, depth, overlaps
 
 
+def own_ends(starts: list[int], ends: list[int], depth: list[int]) -> list[int]:
+    """Where each interval (in nesting order, with :func:`nest`'s depths) stops being the
+    innermost one: its end, or the start of the first later interval outside its subtree if
+    that starts first (a partly overlapping sibling of it or of an ancestor). An interval's
+    time then goes to the one that started last, as on a call stack, and the intervals cut
+    at these ends nest, with the same parents: a track's exclusive times add up to the time
+    it spends in any interval, once."""
+    out = list(ends)
+    open_: list[int] = []  # intervals whose first later interval outside the subtree is not yet seen
+    for i, d in enumerate(depth):
+        while open_ and depth[open_[-1]] >= d:  # a subtree's members are contiguous after it
+            j = open_.pop()
+            out[j] = min(ends[j], starts[i])
+        open_.append(i)
+    return out
+
+
 def tracks(trace: ChromeTrace) -> tuple[list[Track], int]:
     """The trace's tracks, main thread first, then CPU threads, timelines and streams (each
     by pid, tid), with their slices in nesting order; and how many slices partly overlap

@@ -9,8 +9,11 @@ so. How the events become rows (the rules are in :mod:`traceio.kineto`):
 
 - locations: each rank's main thread (index 0), its other CPU threads, timelines (Kineto's
   own spans) and accelerator streams (``GPU <pid> stream <tid>``), in that order;
-- intervals: every slice, nested per track (a slice that only partly overlaps the one before
-  it is its sibling, not its child; counted in build_info as ``chrome_partial_overlaps``);
+- intervals: every slice with its recorded times, nested per track (a slice that only partly
+  overlaps the one before it is its sibling, not its child; counted in build_info as
+  ``chrome_partial_overlaps``); the overlap is the later slice's time, as on a call stack: the
+  earlier slice's exclusive time stops where the later one starts
+  (``chrome_events.own_end_ns``), so time per region counts every instant once;
 - collectives: every NCCL/RCCL kernel, with its operation (NULL when neither the args nor the
   kernel name say), bytes (NULL without ``In/Out msg nelems`` and a known ``dtype``) and its
   process group as the communicator (a group of all ranks when the kernel names none), so
@@ -55,7 +58,8 @@ DEFAULT_GROUP = "default (all ranks)"
 
 
 # the extra tables' columns (analyze/schema.py), in their order; text columns as objects
-EVENT_COLUMNS = {"location_id": np.int64, "idx": np.int64, "cat": object, "args": object, "extra": object}
+EVENT_COLUMNS = {"location_id": np.int64, "idx": np.int64, "cat": object, "args": object, "extra": object,
+                 "own_end_ns": object}
 TRACK_COLUMNS = {"location_id": np.int64, "rank": np.int32, "pid": object, "tid": object}
 FILE_COLUMNS = {"rank": np.int32, "path": object, "base_time_ns": np.int64, "header": object,
                 "other_events": object}
@@ -196,7 +200,7 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
         ev: list[tuple] = []
         for track, loc in zip(lay.tracks, lay.location_ids, strict=True):
             device = track.kind == kineto.ACCELERATOR_STREAM
-            exclusive = _exclusive(t, track)
+            exclusive, own = _exclusive(t, track)
             for pos, i in enumerate(track.slices):
                 s = t.slices[i]
                 is_coll = device and kineto.is_collective_kernel(s)
@@ -210,7 +214,8 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                     defs.regions.append(RegionDef(rid, s.name, s.name, "user", key[1], None, None))
                 iv.append((loc, rank, pos, track.parent[pos], track.depth[pos], rid,
                            s.start_ns - off, s.end_ns - off, s.truncated, exclusive[pos]))
-                ev.append((loc, pos, s.cat, _json(s.args), _json(s.extra)))
+                ev.append((loc, pos, s.cat, _json(s.args), _json(s.extra),
+                           own[pos] - off if own[pos] < s.end_ns else None))
                 if is_coll:
                     group = kineto.process_group(args, info)
                     if group is None:
@@ -254,15 +259,19 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                     t.events, stats if last else None, tables=tables)
 
 
-def _exclusive(t: ChromeTrace, track: kineto.Track) -> list[int]:
-    """Per slice of ``track``: its duration minus its direct children's (the readers'
-    exclusive time, analyze/readers/columns.py)."""
-    duration = [t.slices[i].end_ns - t.slices[i].start_ns for i in track.slices]
+def _exclusive(t: ChromeTrace, track: kineto.Track) -> tuple[list[int], list[int]]:
+    """Per slice of ``track``: its exclusive time (the readers', analyze/readers/columns.py:
+    its duration minus its direct children's) and where it stops being the innermost slice
+    (:func:`traceio.kineto.own_ends`). A slice that a later one only partly overlaps gives
+    the overlap to it, so the track's time is counted once."""
+    own = kineto.own_ends([t.slices[i].start_ns for i in track.slices], [t.slices[i].end_ns for i in track.slices],
+                          track.depth)
+    duration = [end - t.slices[i].start_ns for i, end in zip(track.slices, own, strict=True)]
     out = list(duration)
     for pos, parent in enumerate(track.parent):
         if parent >= 0:
             out[parent] -= duration[pos]
-    return out
+    return out, own
 
 
 def _collective(s: chrome.Slice, args: dict[str, Any] | None, op: str | None, loc: int, rank: int, pos: int,

@@ -14,9 +14,11 @@ import pytest
 
 import analyze
 from analyze.errors import AnalyzeError
+from analyze.tables.causes.region_time import region_times
 from analyze.tables.device_phases import _union, device_activity, device_breakdown, split
 from tests.analyze.conftest import KINETO_FIXTURES
 from tests.kineto_literal import NCCL_STREAM, cpu, kernel, launch, memcpy, nccl, step, write_rank
+from traceio.kineto import nest, own_ends
 
 US = 1000
 DATALOADER = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
@@ -127,6 +129,52 @@ def test_nesting_partial_overlaps_begin_end_pairs_and_what_is_counted(tmp_path: 
     assert notes["chrome_other_events"] == "2"
     other = json.loads(con.execute("SELECT other_events FROM chrome_files").fetchone()[0])
     assert [e["name"] for e in other] == ["instant", "process_name"]
+
+
+def test_partly_overlapping_slices_count_each_instant_once(tmp_path: Path) -> None:
+    # step 1 holds a [10, 50) with its child c [30, 45); b [40, 70) starts inside both and ends
+    # after them, so it is their sibling-level neighbour; x [95, 105) starts 5 us before step 1
+    # ends (as profiler.step does in tracelens_mi300_rccl) and step 2 starts inside x
+    write_rank(tmp_path / "run", 0, [
+        step(1, 0, 100), cpu("a", 10, 50), cpu("c", 30, 45), cpu("b", 40, 70), cpu("x", 95, 105),
+        step(2, 100, 200), cpu("y", 120, 130)], world=1)
+    con = analyze.open(tmp_path / "run", db=tmp_path / "t.duckdb")
+    rows = con.execute("""
+        SELECT r.name, i.start_ns // 1000, i.end_ns // 1000, i.exclusive_ns // 1000, e.own_end_ns // 1000
+        FROM intervals i JOIN regions r USING (region_id) JOIN locations l USING (location_id)
+        LEFT JOIN chrome_events e ON e.location_id = i.location_id AND e.idx = i.idx
+        WHERE l.is_main ORDER BY i.idx""").fetchall()
+    # recorded times are kept; the overlap is the later slice's time, as on a call stack
+    assert rows == [("ProfilerStep#1", 0, 100, 35, 95), ("a", 10, 50, 20, 40), ("c", 30, 45, 10, 40),
+                    ("b", 40, 70, 30, None), ("x", 95, 105, 5, 100),
+                    ("ProfilerStep#2", 100, 200, 90, None), ("y", 120, 130, 10, None)]
+    # the main thread's exclusive times add up to the time it spends in any slice, once
+    assert sum(r[3] for r in rows) == 200
+    assert con.execute("SELECT value FROM build_info WHERE key = 'chrome_partial_overlaps'").fetchone() == ("4",)
+    # the steps keep their recorded bounds, and the critical path's regions add up to each step
+    assert con.execute("SELECT step, start_ns // 1000, end_ns // 1000 FROM steps ORDER BY step").fetchall() == [
+        (0, 0, 100), (1, 100, 200)]
+    assert con.execute("""
+        SELECT s.step, s.duration_ns, sum(r.duration_ns) FROM step_balance s
+        JOIN critical_path_regions r USING (step) GROUP BY ALL ORDER BY s.step""").fetchall() == [
+        (0, 100 * US, 100 * US), (1, 100 * US, 100 * US)]
+    # a stretch that ends inside the overlap of a, c and b: [35, 40) is c's, [40, 42) b's
+    names = dict(con.execute("SELECT region_id, name FROM regions").fetchall())
+    got = region_times(con, np.array([0, 0]), np.array([0, 0]), np.array([35 * US, 90 * US]),
+                       np.array([42 * US, 100 * US]))
+    assert sorted((int(q), names.get(int(r), "-"), int(ns) // US) for q, r, ns in got.itertuples(index=False)) == [
+        (0, "b", 2), (0, "c", 5), (1, "ProfilerStep#1", 5), (1, "x", 5)]
+
+
+def test_own_ends_cut_partly_overlapped_subtrees() -> None:
+    # nesting order (start, longest first): p [0, 100) holds a [10, 50) > c [30, 45), then b
+    # [40, 70) partly overlaps c and a; d [80, 90) nests in p; q [100, 110) follows p
+    starts, ends = [0, 10, 30, 40, 80, 100], [100, 50, 45, 70, 90, 110]
+    parent, depth, overlaps = nest(starts, ends)
+    assert (parent, depth, overlaps) == ([-1, 0, 1, 0, 0, -1], [0, 1, 2, 1, 1, 0], 2)
+    assert own_ends(starts, ends, depth) == [100, 40, 40, 70, 90, 110]
+    # properly nested intervals keep their ends
+    assert own_ends([0, 1, 2, 5], [10, 4, 3, 6], nest([0, 1, 2, 5], [10, 4, 3, 6])[1]) == [10, 4, 3, 6]
 
 
 @pytest.mark.parametrize(("kernel", "op"), [

@@ -4,6 +4,9 @@ For a query [b, e) on a rank, inside one of its steps, over the main thread's re
 instances that start in that step and overlap the query: an instance inside the query adds
 its exclusive time (``intervals.exclusive_ns``: its children are inside too); one crossing an
 end of the query (only those open at b or e) adds its overlap minus its children's overlaps.
+An instance ends, here, where its exclusive time does: a Chrome trace's slice that a later one
+only partly overlaps ends where that one starts (``chrome_events.own_end_ns``), as on a call
+stack, so the instances nest and every instant counts once.
 Nested regions so count once, as the innermost, and the work per query is that of one step.
 A step region nested in others (``--step-region``) has its ancestors outside the step, which
 hold no time inside it. Time inside no instance is :data:`NO_REGION`. All the queries of a
@@ -62,8 +65,8 @@ def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndar
         got = con.execute("""
             WITH q AS (SELECT * FROM region_time_queries WHERE step >= 0 AND e > b),
             iv AS (
-                SELECT i.rank, i.idx, i.parent_idx, i.region_id, i.start_ns, i.end_ns, i.exclusive_ns
-                FROM intervals i
+                SELECT i.rank, i.idx, i.parent_idx, i.region_id, i.start_ns, {end} AS end_ns, i.exclusive_ns
+                FROM intervals i {cut}
                 WHERE i.location_id IN (SELECT location_id FROM locations WHERE is_main)
                   -- constants, not subqueries over q: those make DuckDB plan the joins badly
                   AND i.end_ns > $lo AND i.start_ns < $hi
@@ -96,7 +99,8 @@ def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndar
                 FROM j LEFT JOIN kids k ON k.q = j.q AND k.parent_idx = j.idx WHERE NOT j.inside
             )
             SELECT q, region_id AS region, sum(ns) AS ns FROM parts GROUP BY q, region_id HAVING sum(ns) <> 0
-        """, {"lo": int(b.min()), "hi": int(e.max()), "w": bucket_ns(steps["start_ns"], steps["end_ns"])}).fetchnumpy()
+        """.format(**_ENDS[cut_ends(con)]),
+            {"lo": int(b.min()), "hi": int(e.max()), "w": bucket_ns(steps["start_ns"], steps["end_ns"])}).fetchnumpy()
     finally:
         con.unregister("region_time_queries")
         con.unregister("region_time_steps")
@@ -108,6 +112,19 @@ def region_times(con: duckdb.DuckDBPyConnection, rank: np.ndarray, step: np.ndar
     return pd.DataFrame({"q": np.concatenate([q, more]),
                          "region": np.concatenate([region, np.full(len(more), NO_REGION)]),
                          "ns": np.concatenate([ns, rest[more]])})
+
+
+# Where an instance's exclusive time ends: its end, or where a Chrome trace's later slice that only
+# partly overlaps it starts (chrome_events.own_end_ns): cut there, the instances nest
+_ENDS = {False: {"end": "i.end_ns", "cut": ""},
+         True: {"end": "coalesce(c.own_end_ns, i.end_ns)",
+                "cut": "LEFT JOIN chrome_events c ON c.location_id = i.location_id AND c.idx = i.idx"}}
+
+
+def cut_ends(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether any instance's exclusive time ends before it does (only in Chrome traces
+    whose slices partly overlap)."""
+    return con.execute("SELECT count(*) > 0 FROM chrome_events WHERE own_end_ns IS NOT NULL").fetchall() == [(True,)]
 
 
 def _rows_of(keys: np.ndarray, wanted: np.ndarray) -> np.ndarray:
