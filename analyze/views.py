@@ -26,27 +26,34 @@ class RunLabel:
     framework: str | None
     ranks: int
     params: dict[str, Any]
+    creator: str | None = None  # the program that wrote the trace (runs.creator)
 
     @property
     def batch_size(self) -> Any:
         return self.params.get("batch_size")
 
+    @property
+    def source(self) -> str:
+        """The framework, or for a trace without one (Score-P's, a Kineto file) what wrote it."""
+        if self.framework:
+            return self.framework
+        return self.creator.split(",")[0] if self.creator else "unknown framework"
+
     def title(self) -> str:
-        parts = [self.name, self.framework or "unknown framework", f"{self.ranks} ranks"]
+        parts = [self.name, self.source, f"{self.ranks} rank{'' if self.ranks == 1 else 's'}"]
         if self.batch_size is not None:
             parts.append(f"batch {self.batch_size}")
         return " · ".join(parts)
 
     def short(self) -> str:
-        fw = self.framework or "?"
         bs = f", bs {self.batch_size}" if self.batch_size is not None else ""
-        return f"{self.name}\n{fw}, np {self.ranks}{bs}"
+        return f"{self.name}\n{self.source}, np {self.ranks}{bs}"
 
 
 def run_label(con: duckdb.DuckDBPyConnection) -> RunLabel:
-    name, framework, ranks, params = con.execute(
-        "SELECT run_name, framework, ranks, params FROM runs").fetchone()  # type: ignore[misc]
-    return RunLabel(name, framework, int(ranks), json.loads(params) if params else {})
+    name, framework, ranks, params, creator = con.execute(
+        "SELECT run_name, framework, ranks, params, creator FROM runs").fetchone()  # type: ignore[misc]
+    return RunLabel(name, framework, int(ranks), json.loads(params) if params else {}, creator)
 
 
 def step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,

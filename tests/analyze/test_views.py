@@ -78,3 +78,13 @@ def test_ranks_binned_in_batches_are_binned_as_alone(monkeypatch: pytest.MonkeyP
         raw = bars[bars["rank"] == rank]
         for a, b in zip(mine["start_ns"], mine["end_ns"], strict=True):
             assert ((raw["start_ns"] < b) & (raw["end_ns"] > a)).any()
+
+
+def test_run_labels_name_what_wrote_a_trace_without_a_framework() -> None:
+    ddp = views.RunLabel("bs64", "pytorch-ddp", 2, {"batch_size": 64}, "dltrace 0.1")
+    assert (ddp.title(), ddp.short()) == ("bs64 · pytorch-ddp · 2 ranks · batch 64", "bs64\npytorch-ddp, np 2, bs 64")
+    scorep = views.RunLabel("bcast4", None, 4, {}, "Score-P 8.4")
+    assert (scorep.title(), scorep.short()) == ("bcast4 · Score-P 8.4 · 4 ranks", "bcast4\nScore-P 8.4, np 4")
+    kineto = views.RunLabel("mi300", None, 1, {}, "PyTorch profiler (Kineto), schema 1")
+    assert kineto.short() == "mi300\nPyTorch profiler (Kineto), np 1"
+    assert views.RunLabel("x", None, 1, {}).title() == "x · unknown framework · 1 rank"
