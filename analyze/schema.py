@@ -821,8 +821,9 @@ DIFF = _t(
     "Welch t confidence interval, over the steps of one run per side or over the runs (replications) "
     "of each side; largest change first.",
     ("kind", "VARCHAR", "phase (step, compute, allreduce, ...), region (exclusive time on main "
-     "threads) or collective (an op's time in collectives; '<op> wait': its waiting)"),
-    ("name", "VARCHAR", "the phase, region or op"),
+     "threads), collective (an op's time in collectives; '<op> wait': its waiting), device (a device "
+     "phase) or kernel (a kernel, copy or set on accelerator streams)"),
+    ("name", "VARCHAR", "the phase, region, op, device phase or kernel"),
     ("a_ms", "DOUBLE", "mean per step on side A"),
     ("b_ms", "DOUBLE", "mean per step on side B"),
     ("delta_ms", "DOUBLE", "b_ms - a_ms"),

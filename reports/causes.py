@@ -31,7 +31,7 @@ from plotnine import (
 
 from analyze.tables.causes import views as cause_views
 from analyze.tables.steps import RankGroups, StepBins, rank_groups, step_bins
-from analyze.views import RunLabel
+from analyze.views import RunLabel, short_name
 from reports import steps as per_bar
 from reports.page import Page
 from reports.theme import BASE_SIZE, HEIGHT_IN, PHASE_COLORS, WIDTH_IN, theme_dltrace
@@ -39,7 +39,8 @@ from reports.theme import BASE_SIZE, HEIGHT_IN, PHASE_COLORS, WIDTH_IN, theme_dl
 # Okabe-Ito, in an order that keeps neighbours apart; causes and ranks take them in turn.
 QUALITATIVE = ["#E69F00", "#56B4E9", "#009E73", "#CC79A7", "#0072B2", "#D55E00", "#F0E442", "#000000"]
 OTHER_COLOR = "#BBBBBB"
-KIND_COLORS = {"phase": PHASE_COLORS["compute"], "region": "#CC79A7", "collective": PHASE_COLORS["allreduce"]}
+KIND_COLORS = {"phase": PHASE_COLORS["compute"], "region": "#CC79A7", "collective": PHASE_COLORS["allreduce"],
+               "device": "#56B4E9", "kernel": "#000000"}
 
 
 def _palette(levels: list[str], other: str | None = None) -> dict[str, str]:
@@ -150,10 +151,27 @@ def diff_page(table: pd.DataFrame, a: str, b: str, top: int = 15) -> Page:
     return Page("diff", diff_plot(table, a, b, top))
 
 
+def _axis_label(kind: str, name: str, width: int = 32) -> str:
+    """``kind: name`` in at most two lines of ``width`` characters, so that kernels' C++ names
+    leave the plot its width: shortened (:func:`analyze.views.short_name`), broken after an
+    underscore or a space where one comes early enough, the second line cut."""
+    text = f"{kind}: {short_name(name, 2 * width)}"
+    if len(text) <= width:
+        return text
+    cut = text.rfind("_", 0, width) + 1 or text.rfind(" ", 0, width) + 1 or width
+    first, rest = text[:cut].rstrip(), text[cut:].lstrip()
+    return first + "\n" + (rest if len(rest) <= width else rest[: width - 3] + "...")
+
+
 def diff_plot(table: pd.DataFrame, a: str, b: str, top: int = 15) -> ggplot:
     df = table[table["delta_ms"].abs() > 0].head(top).copy()
-    df["item"] = df["kind"] + ": " + df["name"]
-    df["item"] = pd.Categorical(df["item"], categories=list(df["item"])[::-1])
+    items = [_axis_label(k, n) for k, n in zip(df["kind"], df["name"], strict=True)]
+    seen: dict[str, int] = {}
+    for i, item in enumerate(items):  # names that shorten alike stay apart on the axis
+        seen[item] = seen.get(item, 0) + 1
+        items[i] = item if seen[item] == 1 else f"{item} #{seen[item]}"
+    df["item"] = pd.Categorical(items, categories=items[::-1])
+    lines = sum(item.count("\n") for item in items)  # a wrapped label's second lines
     df["lo"] = df["ci_low"].fillna(df["delta_ms"])
     df["hi"] = df["ci_high"].fillna(df["delta_ms"])
     over = table["over"].iloc[0] if len(table) else "steps"
@@ -168,8 +186,9 @@ def diff_plot(table: pd.DataFrame, a: str, b: str, top: int = 15) -> ggplot:
                         f"95% confidence intervals over {over}",
                x="change per step [ms]", y=None)
         + theme_dltrace()
-        + theme(figure_size=(WIDTH_IN, max(HEIGHT_IN, 1.6 + 0.26 * len(df))), axis_title_y=element_blank(),
-                axis_text_y=element_text(size=BASE_SIZE - 2))
+        + guides(color=guide_legend(ncol=3, title=""))
+        + theme(figure_size=(WIDTH_IN, max(HEIGHT_IN, 1.6 + 0.26 * len(df) + 0.14 * lines)),
+                axis_title_y=element_blank(), axis_text_y=element_text(size=BASE_SIZE - 2))
     )
 
 

@@ -10,9 +10,10 @@ from analyze.cli.common import display
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "diff", help="per phase, region and collective: the change in time per step, with CIs",
+        "diff", help="per phase, region, collective and kernel: the change in time per step, with CIs",
         description="Compare B against A: per phase, per region (exclusive time on the main "
-        "threads) and per collective, the change in mean time per step with a 95% confidence "
+        "threads), per collective and, on runs with accelerator streams, per device phase and "
+        "kernel, the change in mean time per step with a 95% confidence "
         "interval over steps (one run a side) or over runs (several a side), largest first. A and "
         "B are run directories, directories of runs (replications, a sweep) or SWEEP@N, "
         "configuration N of a sweep.")

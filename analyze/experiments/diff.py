@@ -8,7 +8,10 @@ run.json names configuration N). For every item, the time per step, as the mean 
 - ``region``: each region's exclusive time on the main threads (data loading, forward, a
   user region, an MPI function...);
 - ``collective``: each operation's time in collectives (all locations; waiting included)
-  and, as ``<op> wait``, its waiting time.
+  and, as ``<op> wait``, its waiting time;
+- on runs with accelerator streams (Kineto traces): ``device``, each device phase (compute,
+  comm_hidden, comm_exposed, memory, idle: ``device_phases``), and ``kernel``, each kernel,
+  copy or set by name (exclusive time on the streams, in the step the activity starts in).
 
 Over the steady-state steps (warm-up excluded as in ``analyze phases``' breakdown). With one
 run per side, the samples are the steps of each run; with several, each run's mean over its
@@ -76,6 +79,7 @@ def side(spec: str | Path) -> Side:
     return Side(f"{path.name}@{config}" if config is not None else path.name, runs)
 
 
+ACCELERATOR = "accelerator_stream"  # locations.kind of device streams
 CHUNK_INTERVALS = 2_000_000  # about this many main-thread intervals per statement: bounded memory
 
 
@@ -87,12 +91,14 @@ def item_stats(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     long run's every step."""
     a, b = views.steady_steps(con)
     n = max(b - a, 0)
-    ((total,),) = con.execute("""SELECT count(*) FROM intervals i JOIN locations l USING (location_id)
-                                 WHERE l.is_main""").fetchall()
+    ((total, device),) = con.execute(f"""
+        SELECT count(*) FILTER (WHERE l.is_main OR l.kind = '{ACCELERATOR}'),
+               count(*) FILTER (WHERE l.kind = '{ACCELERATOR}')
+        FROM intervals i JOIN locations l USING (location_id)""").fetchall()
     per = max(1, n * CHUNK_INTERVALS // max(1, int(total)))
     acc = pd.DataFrame({"kind": [], "name": [], "c": [], "mu": [], "m2": []})
     for lo in range(a, b, per):
-        acc = _combine(acc, _chunk_stats(con, lo, min(b, lo + per)))
+        acc = _combine(acc, _chunk_stats(con, lo, min(b, lo + per), device > 0))
     c = acc["c"].to_numpy(float)
     mu = acc["mu"].to_numpy(float)
     # the steps without the item are n - c zeros: merged with the c steps that have it
@@ -113,14 +119,27 @@ def _combine(x: pd.DataFrame, y: pd.DataFrame) -> pd.DataFrame:
                          "m2": m["m2_x"] + m["m2_y"] + delta ** 2 * m["c_x"] * m["c_y"] / c})
 
 
-def _chunk_stats(con: duckdb.DuckDBPyConnection, a: int, b: int) -> pd.DataFrame:
+# the device's items, on runs with accelerator streams
+_DEVICE_ITEMS = f"""
+            UNION ALL
+            SELECT 'device', phase, step, duration_ns FROM device_phases WHERE step >= $a AND step < $b
+            UNION ALL
+            SELECT 'kernel', r.name, st.step, i.exclusive_ns
+            FROM (SELECT i.* FROM intervals i JOIN locations l USING (location_id)
+                  WHERE l.kind = '{ACCELERATOR}' AND i.start_ns >= $t0 AND i.start_ns < $t1) i
+            JOIN regions r USING (region_id)
+            ASOF JOIN st ON i.rank = st.rank AND i.start_ns >= st.start_ns
+            WHERE i.start_ns < st.end_ns"""
+
+
+def _chunk_stats(con: duckdb.DuckDBPyConnection, a: int, b: int, device: bool = False) -> pd.DataFrame:
     """kind, name, c, mu, m2 over steps a..b-1 that have the item: how many, the mean time per
-    step and the sum of squared deviations."""
+    step and the sum of squared deviations (``device``: with the device's items)."""
     ((t0, t1),) = con.execute("SELECT min(start_ns), max(end_ns) FROM steps WHERE step >= $a AND step < $b",
                               {"a": a, "b": b}).fetchall()
     if t0 is None:
         return pd.DataFrame({"kind": [], "name": [], "c": [], "mu": [], "m2": []})
-    return con.execute("""
+    return con.execute(f"""
         WITH st AS (SELECT rank, step, start_ns, end_ns, duration_ns FROM steps WHERE step >= $a AND step < $b),
         ranks AS (SELECT step, count(*) AS n FROM st GROUP BY step),
         items AS (
@@ -145,6 +164,7 @@ def _chunk_stats(con: duckdb.DuckDBPyConnection, a: int, b: int) -> pd.DataFrame
             FROM (SELECT * FROM collectives WHERE enter_ns >= $t0 AND enter_ns < $t1) c
             ASOF JOIN st ON c.rank = st.rank AND c.enter_ns >= st.start_ns
             WHERE c.enter_ns < st.end_ns
+            {_DEVICE_ITEMS if device else ""}
         ),
         per_step AS (
             SELECT kind, name, step, sum(ns) / 1e6 / any_value(ranks.n) AS ms
@@ -229,6 +249,7 @@ def text(df: pd.DataFrame, a: Side, b: Side, top: int = 15) -> str:
     for col in ("a_ms", "b_ms", "delta_ms", "ci_low", "ci_high"):
         shown[col] = shown[col].round(3)
     shown["change_pct"] = shown["change_pct"].round(1)
+    shown["name"] = shown["name"].map(views.short_name)
     over = df["over"].iloc[0] if len(df) else "steps"
     head = (f"A: {a.label} ({len(a.runs)} run{'s' if len(a.runs) != 1 else ''})   "
             f"B: {b.label} ({len(b.runs)} run{'s' if len(b.runs) != 1 else ''})\n"

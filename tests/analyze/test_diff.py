@@ -7,10 +7,14 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
+from analyze import views
 from analyze.errors import AnalyzeError
 from analyze.experiments import diff
+from reports.causes import diff_plot
+from tests.kineto_literal import kernel, memcpy, step, write_rank
 from tests.literal import write_literal
 
 MS = 1_000_000
@@ -103,9 +107,9 @@ def test_a_long_run_summed_a_few_steps_at_a_time_gives_the_same_table(tmp_path: 
     seen = []
     chunk = diff._chunk_stats
 
-    def recording(con, lo, hi):  # type: ignore[no-untyped-def]
+    def recording(con, lo, hi, device):  # type: ignore[no-untyped-def]
         seen.append(hi - lo)
-        return chunk(con, lo, hi)
+        return chunk(con, lo, hi, device)
 
     monkeypatch.setattr(diff, "CHUNK_INTERVALS", 10)  # 2 steps a statement (5 intervals a rank-step)
     monkeypatch.setattr(diff, "_chunk_stats", recording)
@@ -116,3 +120,47 @@ def test_a_long_run_summed_a_few_steps_at_a_time_gives_the_same_table(tmp_path: 
     x, y = whole.sort_values(key).reset_index(drop=True), chunked.sort_values(key).reset_index(drop=True)
     assert (x[key] == y[key]).all().all() and (x[["n_a", "n_b", "significant"]] == y[["n_a", "n_b", "significant"]]).all().all()
     np.testing.assert_allclose(x[cols].to_numpy(float), y[cols].to_numpy(float), rtol=1e-9, atol=1e-9)
+
+
+def kineto_run(path: Path, gemm_us: int, steps: int = 6) -> Path:
+    """One rank's Kineto trace: steps of 100 us, each with a kernel "gemm" of ``gemm_us`` at
+    its start and a copy of 5 us at 80 us; the rest of the step the GPU idles."""
+    events = []
+    for s in range(steps):
+        t = 100 * s
+        events += [step(s + 1, t, t + 100), kernel("gemm", t + 10, t + 10 + gemm_us), memcpy(t + 80, t + 85)]
+    write_rank(path, 0, events, world=1)
+    return path
+
+
+def test_kineto_runs_diff_the_device_phases_and_kernels(tmp_path: Path) -> None:
+    # B's gemm takes 50 us a step where A's takes 30: the device computes 20 us more and idles
+    # 20 us less; the host's step and phases do not change
+    table, _, _ = diff.diff(kineto_run(tmp_path / "a", 30), kineto_run(tmp_path / "b", 50))
+    got = {(k, n): (round(a, 6), round(b, 6)) for k, n, a, b in
+           table[["kind", "name", "a_ms", "b_ms"]].itertuples(index=False)}
+    assert got[("kernel", "gemm")] == (0.03, 0.05)
+    assert got[("device", "compute")] == (0.03, 0.05)
+    assert got[("device", "idle")] == (0.065, 0.045)
+    assert got[("device", "memory")] == got[("kernel", "Memcpy HtoD (Pageable -> Device)")] == (0.005, 0.005)
+    assert got[("phase", "step")] == (0.1, 0.1)
+    changed = table[table["delta_ms"].abs() > 1e-9]
+    assert sorted(zip(changed["kind"], changed["name"], changed["delta_ms"].round(6), strict=True)) == [
+        ("device", "compute", 0.02), ("device", "idle", -0.02), ("kernel", "gemm", 0.02)]
+
+
+def test_long_kernel_names_are_shortened_for_the_table() -> None:
+    name = ("void split_embedding_backward_kernel<float, float, 5ul>(at::GenericPackedTensorAccessor<float, 2ul, "
+            "at::RestrictPtrTraits, int>, long, float)")
+    assert views.short_name(name) == "split_embedding_backward_kernel<...>(...)"
+    assert views.short_name("aten::addmm") == "aten::addmm"
+    assert views.short_name("x" * 100, 20) == "x" * 17 + "..."
+    # unbalanced brackets: cut as it is
+    assert views.short_name("f(" + "a" * 80, 20) == "f(" + "a" * 15 + "..."
+    # names that shorten alike stay apart
+    table = pd.DataFrame({"kind": ["kernel", "kernel"], "name": [name, name.replace("5ul", "6ul")],
+                          "a_ms": [1.0, 2.0], "b_ms": [2.0, 1.0], "delta_ms": [1.0, -1.0], "ci_low": [0.5, -1.5],
+                          "ci_high": [1.5, -0.5], "change_pct": [100.0, -50.0], "over": ["steps", "steps"]})
+    labels = list(diff_plot(table, "a", "b").data["item"])
+    assert labels == ["kernel: split_embedding_\nbackward_kernel<...>(...)",
+                      "kernel: split_embedding_\nbackward_kernel<...>(...) #2"]
