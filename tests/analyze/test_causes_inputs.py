@@ -14,11 +14,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pytest
 
 import analyze
 from analyze.tables.causes import views
 from tests.analyze.test_frameworks import STEP, lbann_steps, oneccl_step
+from tests.kineto_literal import kernel, nccl, step, write_rank
 from tests.literal import write_literal
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -168,3 +170,29 @@ def test_a_step_of_length_zero_and_markers_on_one_rank_only(tmp_path: Path) -> N
     assert db.execute("SELECT cause_rank, cause_kind, idle_ns FROM delay_totals").fetchall() == [
         (1, "late_start", 15 * MS)]
     assert_views_work(db)
+
+
+def test_device_waits_name_the_last_rank_and_what_its_device_did(tmp_path: Path) -> None:
+    # step 1: rank 1 computes [10, 60) and starts its allreduce kernel at 60, rank 0's waits
+    # from 40; step 2: rank 0's device idles until its kernel starts at 170, rank 1's waits from 130
+    write_rank(tmp_path / "run", 0, [step(1, 0, 100), nccl("allreduce", 40, 80, nelems=1000),
+                                     step(2, 100, 200), nccl("allreduce", 170, 190, nelems=1000)])
+    write_rank(tmp_path / "run", 1, [step(1, 0, 100), kernel("gemm", 10, 60), nccl("allreduce", 60, 80, nelems=1000),
+                                     step(2, 100, 200), nccl("allreduce", 130, 190, nelems=1000)])
+    db = analyze.open(tmp_path / "run")
+    got = views.device_waits(db)
+    assert got[["cause_rank", "instances", "waiting_ranks", "traced", "group_size"]].values.tolist() == [
+        [0, 1, 1, 2, 2], [1, 1, 1, 2, 2]]
+    assert got["steps"].tolist() == [[1], [0]]
+    us = 1e-3  # ms
+    assert np.allclose(got[["wait_ms", "before_ms", "busy_ms", "idle_ms"]].to_numpy(),
+                       [[40 * us, 70 * us, 0, 70 * us], [20 * us, 60 * us, 50 * us, 10 * us]])
+    assert np.allclose(got["share"], [2 / 3, 1 / 3])
+    lines = views.device_wait_lines(db)
+    assert lines[0].startswith("rank 0 started its collective kernels last 1 time at step 1: the others waited "
+                               "0.04 ms in theirs (67% of all device waiting, up to 1 rank)")
+    assert lines[0].endswith("(its device was mostly idle: the host launched the kernels late)")
+    assert lines[1].endswith("(its device was mostly busy: its kernels took longer)")
+    # the host's phases see no waiting, and a run without device collectives has no device waits
+    assert views.delay_lines(db) == []
+    assert views.device_waits(build(tmp_path / "otf2", lbann_steps(record=True), step_region=STEP)).empty

@@ -7,9 +7,11 @@ the figures of :mod:`reports.causes` are drawn from (times in milliseconds).
 from __future__ import annotations
 
 import duckdb
+import numpy as np
 import pandas as pd
 
 from analyze.schema import CauseKind, DevicePhase
+from analyze.tables.device_phases import COMM, device_activity
 from analyze.tables.steps import RankGroups, StepBins, rank_group_sql
 
 
@@ -189,3 +191,109 @@ def path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> 
                             FROM (SELECT {bins.start()} AS b, duration_ns, balanced_ns FROM step_balance)
                             GROUP BY b ORDER BY step""").df()
     return per_rank, steps
+
+
+def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of [start, end) intervals as sorted disjoint intervals."""
+    if not len(start):
+        return start, end
+    order = np.argsort(start, kind="stable")
+    s, e = start[order], np.maximum.accumulate(end[order])
+    new = np.concatenate([[True], s[1:] > e[:-1]])
+    first = np.flatnonzero(new)
+    last = np.concatenate([first[1:], [len(s)]]) - 1
+    return s[first], e[last]
+
+
+def _covered(ms: np.ndarray, me: np.ndarray, b: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Per query [b, e): how much of it the disjoint sorted intervals [ms, me) cover."""
+    if not len(ms):
+        return np.zeros(len(b), np.int64)
+    before = np.concatenate([[0], np.cumsum(me - ms)])  # covered before interval k
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(ms, t, side="right") - 1
+        inside = np.clip(t - ms[np.maximum(k, 0)], 0, (me - ms)[np.maximum(k, 0)])
+        return np.where(k >= 0, before[np.maximum(k, 0)] + inside, 0)
+
+    return np.maximum(upto(e) - upto(b), 0)
+
+
+def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Who made the accelerators wait: collective kernels (NCCL/RCCL on accelerator streams,
+    matched across ranks) wait inside the kernel for the last rank's kernel to start. Per cause
+    rank (the last to start), largest first: the instances it was last in that others waited
+    for, their summed wait (ms), how many ranks waited, its steps, and what its device did in
+    the stretch before its kernel started (from its previous collective kernel's end, or its
+    step's start, to its kernel's start): ``busy_ms`` in kernels and copies, ``idle_ms`` in
+    none, which means the host launched the kernel late; and, of its collectives' groups, the
+    fewest ranks in the trace (``traced``) and the largest group (``group_size``): a trace of
+    some ranks only cannot see a later rank it lacks. Empty without device collectives."""
+    inst = con.execute("""
+        WITH dc AS (
+            SELECT c.rank, c.comm_id, c.seq, c.enter_ns, c.leave_ns, c.wait_ns, c.last_arrival_ns, c.ranks_matched,
+                   lag(c.leave_ns) OVER (PARTITION BY c.location_id ORDER BY c.enter_ns, c.seq) AS prev_leave_ns
+            FROM collectives c JOIN locations l USING (location_id)
+            WHERE l.kind = 'accelerator_stream' AND c.ranks_matched > 1
+        ),
+        waited AS (
+            SELECT comm_id, seq, any_value(last_arrival_ns) AS last_ns, sum(wait_ns) AS wait_ns,
+                   count(*) FILTER (WHERE wait_ns > 0) AS waiting, max(ranks_matched) AS matched
+            FROM dc GROUP BY comm_id, seq HAVING sum(wait_ns) > 0
+        ),
+        cause AS (
+            SELECT w.*, d.rank AS cause_rank, d.enter_ns, d.prev_leave_ns
+            FROM waited w JOIN dc d ON d.comm_id = w.comm_id AND d.seq = w.seq AND d.enter_ns = w.last_ns
+            QUALIFY row_number() OVER (PARTITION BY w.comm_id, w.seq ORDER BY d.rank) = 1
+        )
+        SELECT c.cause_rank, c.wait_ns, c.waiting, s.step, c.enter_ns,
+               greatest(coalesce(c.prev_leave_ns, s.start_ns), s.start_ns) AS from_ns,
+               c.matched, len(m.members) AS group_size
+        FROM cause c ASOF JOIN steps s ON s.rank = c.cause_rank AND c.enter_ns >= s.start_ns
+        LEFT JOIN communicators m USING (comm_id)
+        WHERE c.enter_ns < s.end_ns
+    """).df()
+    columns = ["cause_rank", "instances", "wait_ms", "waiting_ranks", "steps", "before_ms", "busy_ms",
+               "idle_ms", "share", "traced", "group_size"]
+    if inst.empty:
+        return pd.DataFrame({c: [] for c in columns})
+    busy = np.zeros(len(inst), np.int64)
+    for rank, rows in inst.groupby("cause_rank").groups.items():
+        act = device_activity(con, int(rank))
+        other = act["kind"].to_numpy() != COMM  # kernels and copies, not communication
+        ms_, me_ = _merged(act["start_ns"].to_numpy(np.int64)[other], act["end_ns"].to_numpy(np.int64)[other])
+        pos = inst.index.get_indexer(rows)
+        busy[pos] = _covered(ms_, me_, inst["from_ns"].to_numpy(np.int64)[pos],
+                             inst["enter_ns"].to_numpy(np.int64)[pos])
+    before = np.maximum(inst["enter_ns"].to_numpy(np.int64) - inst["from_ns"].to_numpy(np.int64), 0)
+    inst = inst.assign(before=before, busy=np.minimum(busy, before))
+    total = inst["wait_ns"].sum()
+    out = inst.groupby("cause_rank").agg(
+        instances=("wait_ns", "size"), wait=("wait_ns", "sum"), waiting_ranks=("waiting", "max"),
+        steps=("step", lambda s: sorted(set(int(x) for x in s))), before=("before", "sum"), busy=("busy", "sum"),
+        traced=("matched", "min"), group_size=("group_size", "max"),
+    ).reset_index()
+    return pd.DataFrame({
+        "cause_rank": out["cause_rank"].astype(int), "instances": out["instances"],
+        "wait_ms": out["wait"] / 1e6, "waiting_ranks": out["waiting_ranks"], "steps": out["steps"],
+        "before_ms": out["before"] / 1e6, "busy_ms": out["busy"] / 1e6,
+        "idle_ms": (out["before"] - out["busy"]) / 1e6, "share": out["wait"] / total,
+        "traced": out["traced"], "group_size": out["group_size"],
+    }).sort_values(["wait_ms", "cause_rank"], ascending=[False, True], ignore_index=True)
+
+
+def device_wait_lines(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[str]:
+    """One sentence per cause rank of :func:`device_waits`, largest first."""
+    out = []
+    for r in device_waits(con).head(limit).itertuples():
+        late = ("its device was mostly idle: the host launched the kernels late"
+                if r.idle_ms > r.busy_ms else "its device was mostly busy: its kernels took longer")
+        out.append(
+            f"rank {r.cause_rank} started its collective kernels last {r.instances} time"
+            f"{'s' if r.instances != 1 else ''} at {step_ranges(r.steps)}: the others waited "
+            f"{ms(r.wait_ms * 1e6)} in theirs ({100 * r.share:.0f}% of all device waiting, up to "
+            f"{r.waiting_ranks} rank{'s' if r.waiting_ranks != 1 else ''}); in the {ms(r.before_ms * 1e6)} before, "
+            f"its device was busy {ms(r.busy_ms * 1e6)} and idle {ms(r.idle_ms * 1e6)} ({late})"
+            + (f"; only {r.traced} of its group's {r.group_size} ranks are in the trace, so a rank not "
+               "traced may have started later" if r.group_size > r.traced else ""))
+    return out
