@@ -92,9 +92,24 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: 
     """Idle time per step, summed over the ranks that waited, coloured by its cause (the rank
     that arrived last and the region that made it late). ``per_step``: step, cause, ms;
     ``lines``: the largest causes in words, for the subtitle."""
+    return _cause_bars(per_step, lines, label, per, "idle time per step by its cause: the late rank and the region\n"
+                       "that made it late", "idle, all ranks [ms]")
+
+
+def device_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: int | None = None) -> ggplot:
+    """On the accelerators: the waiting in collective kernels per step, summed over the ranks
+    that waited, coloured by the rank whose kernel started last (:func:`analyze.tables.causes.
+    views.device_wait_steps`); ``lines``: the largest in words."""
+    return _cause_bars(per_step, lines, label, per, "waiting in collective kernels per step on the devices,\n"
+                       "by the rank whose kernel started last", "waiting, all devices [ms]")
+
+
+def _cause_bars(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: int | None, subtitle: str,
+                y: str) -> ggplot:
     causes = [str(c) for c in per_step["cause"].cat.categories] if hasattr(per_step["cause"], "cat") else \
         list(dict.fromkeys(per_step["cause"]))
-    colors = _palette(causes, "other causes" if "other causes" in causes else None)
+    other = next((c for c in ("other causes", "other ranks") if c in causes), None)
+    colors = _palette(causes, other)
     top = textwrap.fill(lines[0], 78) if lines else ""
     per_step, per = per_bar.prepared(per_step, ["cause"], ["ms"], per)
     return (
@@ -104,9 +119,8 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: 
         + per_bar.axis(per_step["step"])
         + guides(fill=guide_legend(ncol=2))
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
-        + labs(title=label.title(), subtitle="idle time per step by its cause: the late rank and the region\n"
-               "that made it late" + per_bar.note(per) + (f"; the largest:\n{top}" if top else ""), x="step",
-               y="idle, all ranks [ms]")
+        + labs(title=label.title(), subtitle=subtitle + per_bar.note(per) + (f"; the largest:\n{top}" if top else ""),
+               x="step", y=y)
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 0.9), plot_subtitle=element_text(size=BASE_SIZE - 3))
     )
@@ -195,7 +209,8 @@ def diff_plot(table: pd.DataFrame, a: str, b: str, top: int = 15) -> ggplot:
 def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: StepBins | None = None,
               groups: RankGroups | None = None) -> list[Page]:
     """The pages a run has data for: overlap (it communicates), root causes (some rank was
-    idle), critical path (more than one rank). ``bins``: the run's steps binned in SQL for
+    idle), device causes (a collective kernel waited for another rank's), critical path (more
+    than one rank). ``bins``: the run's steps binned in SQL for
     the per-step bars (:func:`analyze.tables.steps.step_bins`)."""
     bins, groups = bins or step_bins(con), groups or rank_groups(con)
     pages = []
@@ -205,6 +220,10 @@ def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: S
     per_step = cause_views.cause_steps(con, bins=bins)
     if len(per_step) and per_step["ms"].sum() > 0:
         pages.append(Page(f"{tag}-causes", root_causes(per_step, cause_views.delay_lines(con, 2), label, bins.per)))
+    device = cause_views.device_wait_steps(con, bins=bins)
+    if len(device) and device["ms"].sum() > 0:
+        pages.append(Page(f"{tag}-device-causes", device_causes(device, cause_views.device_wait_lines(con, 1), label,
+                                                                bins.per)))
     per_rank, balance = cause_views.path_steps(con, bins)
     if label.ranks > 1 and len(balance):
         pages.append(Page(f"{tag}-critical-path", critical_path(per_rank, balance, label, per=bins.per)))

@@ -118,3 +118,26 @@ def test_timeline_lanes_show_regions_and_bucket_waits(tmp_path: Path) -> None:
                                             PHASE_COLORS["allreduce"]}
     ticks = dict(zip(plot.scales.get_scales("y").breaks, plot.scales.get_scales("y").labels, strict=True))
     assert list(ticks.values()) == ["rank 0", "regions", "comm lane 0", "rank 1", "regions", "comm lane 0"]
+
+
+def test_device_causes_page_stacks_kernel_waiting_by_the_late_rank(tmp_path: Path) -> None:
+    from tests.kineto_literal import kernel, nccl, write_rank
+    from tests.kineto_literal import step as kstep
+
+    # rank 1's allreduce kernel starts 20 us after rank 0's at step 0 (it computed first);
+    # rank 0's starts 40 us after rank 1's at step 1 (its device idled)
+    write_rank(tmp_path / "run", 0, [kstep(1, 0, 100), nccl("allreduce", 40, 80, nelems=10),
+                                     kstep(2, 100, 200), nccl("allreduce", 170, 190, nelems=10)])
+    write_rank(tmp_path / "run", 1, [kstep(1, 0, 100), kernel("gemm", 10, 60), nccl("allreduce", 60, 80, nelems=10),
+                                     kstep(2, 100, 200), nccl("allreduce", 130, 190, nelems=10)])
+    db = analyze.open(tmp_path / "run")
+    per_step = cause_views.device_wait_steps(db)
+    assert per_step.to_dict("list") == {"step": [0, 1], "cause": ["rank 1", "rank 0"], "ms": [0.02, 0.04]}
+    assert list(per_step["cause"].cat.categories) == ["rank 0", "rank 1"]  # the larger first
+    plot = drawn(causes.device_causes(per_step, cause_views.device_wait_lines(db, 1), LABEL))
+    data = plot.layers[0].data
+    assert sorted(zip(data["x"], (data["ymax"] - data["ymin"]).round(9), strict=True)) == [(0, 0.02), (1, 0.04)]
+    assert "rank 0 started its collective kernels last 1 time at step 1" in plot.labels.subtitle
+    # the run's pages: the device causes page, and no host causes page (no host idle)
+    slugs = [p.slug for p in causes.run_pages(db, "01-run", LABEL)]
+    assert "01-run-device-causes" in slugs and "01-run-causes" not in slugs

@@ -219,16 +219,15 @@ def _covered(ms: np.ndarray, me: np.ndarray, b: np.ndarray, e: np.ndarray) -> np
     return np.maximum(upto(e) - upto(b), 0)
 
 
-def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Who made the accelerators wait: collective kernels (NCCL/RCCL on accelerator streams,
-    matched across ranks) wait inside the kernel for the last rank's kernel to start. Per cause
-    rank (the last to start), largest first: the instances it was last in that others waited
-    for, their summed wait (ms), how many ranks waited, its steps, and what its device did in
-    the stretch before its kernel started (from its previous collective kernel's end, or its
-    step's start, to its kernel's start): ``busy_ms`` in kernels and copies, ``idle_ms`` in
-    none, which means the host launched the kernel late; and, of its collectives' groups, the
-    fewest ranks in the trace (``traced``) and the largest group (``group_size``): a trace of
-    some ranks only cannot see a later rank it lacks. Empty without device collectives."""
+def device_wait_instances(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Collective kernels (NCCL/RCCL on accelerator streams, matched across ranks) wait inside
+    the kernel for the last rank's kernel to start. Per collective instance some rank waited
+    in: ``cause_rank`` (the last to start; the lowest rank on a tie), its ``step``, the summed
+    ``wait_ns`` of the others and how many ``waiting``; what its device did in the stretch
+    before its kernel started (from its previous collective kernel's end, or its step's start,
+    to its kernel's start), ``before_ns`` long: ``busy_ns`` in kernels and copies, the rest
+    idle (the host launched the kernel late); and how many ranks of the collective's group the
+    trace holds (``matched``, of ``group_size``). Empty without device collectives."""
     inst = con.execute("""
         WITH dc AS (
             SELECT c.rank, c.comm_id, c.seq, c.enter_ns, c.leave_ns, c.wait_ns, c.last_arrival_ns, c.ranks_matched,
@@ -253,10 +252,6 @@ def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         LEFT JOIN communicators m USING (comm_id)
         WHERE c.enter_ns < s.end_ns
     """).df()
-    columns = ["cause_rank", "instances", "wait_ms", "waiting_ranks", "steps", "before_ms", "busy_ms",
-               "idle_ms", "share", "traced", "group_size"]
-    if inst.empty:
-        return pd.DataFrame({c: [] for c in columns})
     busy = np.zeros(len(inst), np.int64)
     for rank, rows in inst.groupby("cause_rank").groups.items():
         act = device_activity(con, int(rank))
@@ -266,7 +261,23 @@ def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         busy[pos] = _covered(ms_, me_, inst["from_ns"].to_numpy(np.int64)[pos],
                              inst["enter_ns"].to_numpy(np.int64)[pos])
     before = np.maximum(inst["enter_ns"].to_numpy(np.int64) - inst["from_ns"].to_numpy(np.int64), 0)
-    inst = inst.assign(before=before, busy=np.minimum(busy, before))
+    return inst.assign(before_ns=before, busy_ns=np.minimum(busy, before))[
+        ["cause_rank", "step", "wait_ns", "waiting", "before_ns", "busy_ns", "matched", "group_size"]]
+
+
+def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Who made the accelerators wait (:func:`device_wait_instances`), per cause rank, largest
+    first: the ``instances`` it was last in, the summed wait of the others (ms) and its
+    ``share`` of all, the most ranks that waited, its steps, the stretches before its kernels
+    (``before_ms``) split into ``busy_ms`` and ``idle_ms``, and the fewest ranks of its
+    collectives' groups in the trace (``traced``) against the largest group (``group_size``):
+    a trace of some ranks only cannot see a later rank it lacks."""
+    inst = device_wait_instances(con)
+    columns = ["cause_rank", "instances", "wait_ms", "waiting_ranks", "steps", "before_ms", "busy_ms",
+               "idle_ms", "share", "traced", "group_size"]
+    if inst.empty:
+        return pd.DataFrame({c: [] for c in columns})
+    inst = inst.rename(columns={"before_ns": "before", "busy_ns": "busy"})
     total = inst["wait_ns"].sum()
     out = inst.groupby("cause_rank").agg(
         instances=("wait_ns", "size"), wait=("wait_ns", "sum"), waiting_ranks=("waiting", "max"),
@@ -280,6 +291,27 @@ def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         "idle_ms": (out["before"] - out["busy"]) / 1e6, "share": out["wait"] / total,
         "traced": out["traced"], "group_size": out["group_size"],
     }).sort_values(["wait_ms", "cause_rank"], ascending=[False, True], ignore_index=True)
+
+
+def device_wait_steps(con: duckdb.DuckDBPyConnection, top: int = 5, bins: StepBins | None = None) -> pd.DataFrame:
+    """step, cause ("rank N"; ranks past the ``top`` largest are "other ranks"), ms: the waiting
+    in collective kernels per step, summed over the ranks that waited, by the rank whose kernel
+    started last (with ``bins``, per mean step of each bin, as :func:`cause_steps`)."""
+    inst = device_wait_instances(con)
+    if inst.empty:
+        return pd.DataFrame({"step": [], "cause": [], "ms": []})
+    order = inst.groupby("cause_rank")["wait_ns"].sum().sort_values(ascending=False, kind="stable")
+    keep = [f"rank {r}" for r in order.index[:top]]
+    bins = bins or StepBins(0, 0, 1)
+    step = inst["step"].to_numpy(np.int64)
+    first = bins.first + (step - bins.first) // bins.per * bins.per
+    width = np.minimum(bins.per, bins.last - first + 1) if bins.per > 1 else np.ones(len(step), np.int64)
+    cause = [f"rank {r}" if f"rank {r}" in keep else "other ranks" for r in inst["cause_rank"]]
+    df = pd.DataFrame({"step": first, "cause": cause, "ms": inst["wait_ns"].to_numpy() / 1e6 / width})
+    out = df.groupby(["step", "cause"], as_index=False)["ms"].sum()
+    levels = keep + (["other ranks"] if "other ranks" in set(out["cause"]) else [])
+    out["cause"] = pd.Categorical(out["cause"], categories=levels)
+    return out
 
 
 def device_wait_lines(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[str]:
