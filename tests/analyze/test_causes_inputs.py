@@ -174,9 +174,10 @@ def test_a_step_of_length_zero_and_markers_on_one_rank_only(tmp_path: Path) -> N
 
 def test_device_waits_name_the_last_rank_and_what_its_device_did(tmp_path: Path) -> None:
     # step 1: rank 1 computes [10, 60) and starts its allreduce kernel at 60, rank 0's waits
-    # from 40; step 2: rank 0's device idles until its kernel starts at 170, rank 1's waits from 130
+    # from 40; step 2, which rank 0's host begins 10 us late: rank 0's device idles until its
+    # kernel starts at 170, rank 1's waits from 130
     write_rank(tmp_path / "run", 0, [step(1, 0, 100), nccl("allreduce", 40, 80, nelems=1000),
-                                     step(2, 100, 200), nccl("allreduce", 170, 190, nelems=1000)])
+                                     step(2, 110, 200), nccl("allreduce", 170, 190, nelems=1000)])
     write_rank(tmp_path / "run", 1, [step(1, 0, 100), kernel("gemm", 10, 60), nccl("allreduce", 60, 80, nelems=1000),
                                      step(2, 100, 200), nccl("allreduce", 130, 190, nelems=1000)])
     db = analyze.open(tmp_path / "run")
@@ -185,13 +186,14 @@ def test_device_waits_name_the_last_rank_and_what_its_device_did(tmp_path: Path)
         [0, 1, 1, 2, 2], [1, 1, 1, 2, 2]]
     assert got["steps"].tolist() == [[1], [0]]
     us = 1e-3  # ms
-    assert np.allclose(got[["wait_ms", "before_ms", "busy_ms", "idle_ms"]].to_numpy(),
-                       [[40 * us, 70 * us, 0, 70 * us], [20 * us, 60 * us, 50 * us, 10 * us]])
+    assert np.allclose(got[["wait_ms", "before_ms", "busy_ms", "idle_ms", "late_start_ms"]].to_numpy(),
+                       [[40 * us, 60 * us, 0, 60 * us, 10 * us], [20 * us, 60 * us, 50 * us, 10 * us, 0]])
     assert np.allclose(got["share"], [2 / 3, 1 / 3])
     lines = views.device_wait_lines(db)
     assert lines[0].startswith("rank 0 started its collective kernels last 1 time at step 1: the others waited "
                                "0.04 ms in theirs (67% of all device waiting, up to 1 rank)")
-    assert lines[0].endswith("(its device was mostly idle: the host launched the kernels late)")
+    assert lines[0].endswith("(its device was mostly idle: its host launched the kernels late, its steps having "
+                             "begun 0.01 ms after the waiting ranks' on average)")
     assert lines[1].endswith("(its device was mostly busy: its kernels took longer)")
     # the host's phases see no waiting, and a run without device collectives has no device waits
     assert views.delay_lines(db) == []

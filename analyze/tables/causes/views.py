@@ -226,8 +226,10 @@ def device_wait_instances(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     ``wait_ns`` of the others and how many ``waiting``; what its device did in the stretch
     before its kernel started (from its previous collective kernel's end, or its step's start,
     to its kernel's start), ``before_ns`` long: ``busy_ns`` in kernels and copies, the rest
-    idle (the host launched the kernel late); and how many ranks of the collective's group the
-    trace holds (``matched``, of ``group_size``). Empty without device collectives."""
+    idle (the host launched the kernel late); how many ranks of the collective's group the
+    trace holds (``matched``, of ``group_size``); and how much later the cause's host step began
+    than the waiters' (``late_start_ns``, their mean weighted by each one's wait): a delay from
+    before the step. Empty without device collectives."""
     inst = con.execute("""
         WITH dc AS (
             SELECT c.rank, c.comm_id, c.seq, c.enter_ns, c.leave_ns, c.wait_ns, c.last_arrival_ns, c.ranks_matched,
@@ -235,22 +237,33 @@ def device_wait_instances(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
             FROM collectives c JOIN locations l USING (location_id)
             WHERE l.kind = 'accelerator_stream' AND c.ranks_matched > 1
         ),
+        -- each kernel with the host step it starts in
+        dcs AS (
+            SELECT dc.*, s.step, s.start_ns AS step_start_ns
+            FROM dc ASOF JOIN steps s ON s.rank = dc.rank AND dc.enter_ns >= s.start_ns
+            WHERE dc.enter_ns < s.end_ns
+        ),
         waited AS (
             SELECT comm_id, seq, any_value(last_arrival_ns) AS last_ns, sum(wait_ns) AS wait_ns,
                    count(*) FILTER (WHERE wait_ns > 0) AS waiting, max(ranks_matched) AS matched
             FROM dc GROUP BY comm_id, seq HAVING sum(wait_ns) > 0
         ),
         cause AS (
-            SELECT w.*, d.rank AS cause_rank, d.enter_ns, d.prev_leave_ns
-            FROM waited w JOIN dc d ON d.comm_id = w.comm_id AND d.seq = w.seq AND d.enter_ns = w.last_ns
+            SELECT w.*, d.rank AS cause_rank, d.enter_ns, d.prev_leave_ns, d.step, d.step_start_ns
+            FROM waited w JOIN dcs d ON d.comm_id = w.comm_id AND d.seq = w.seq AND d.enter_ns = w.last_ns
             QUALIFY row_number() OVER (PARTITION BY w.comm_id, w.seq ORDER BY d.rank) = 1
+        ),
+        -- how much later the cause's step began than each waiter's, weighted by the wait
+        late AS (
+            SELECT c.comm_id, c.seq,
+                   sum(d.wait_ns * (c.step_start_ns - d.step_start_ns)) / sum(d.wait_ns) AS late_start_ns
+            FROM cause c JOIN dcs d ON d.comm_id = c.comm_id AND d.seq = c.seq AND d.wait_ns > 0
+            GROUP BY c.comm_id, c.seq
         )
-        SELECT c.cause_rank, c.wait_ns, c.waiting, s.step, c.enter_ns,
-               greatest(coalesce(c.prev_leave_ns, s.start_ns), s.start_ns) AS from_ns,
-               c.matched, len(m.members) AS group_size
-        FROM cause c ASOF JOIN steps s ON s.rank = c.cause_rank AND c.enter_ns >= s.start_ns
-        LEFT JOIN communicators m USING (comm_id)
-        WHERE c.enter_ns < s.end_ns
+        SELECT c.cause_rank, c.wait_ns, c.waiting, c.step, c.enter_ns,
+               greatest(coalesce(c.prev_leave_ns, c.step_start_ns), c.step_start_ns) AS from_ns,
+               c.matched, len(m.members) AS group_size, coalesce(l.late_start_ns, 0) AS late_start_ns
+        FROM cause c LEFT JOIN late l USING (comm_id, seq) LEFT JOIN communicators m USING (comm_id)
     """).df()
     busy = np.zeros(len(inst), np.int64)
     for rank, rows in inst.groupby("cause_rank").groups.items():
@@ -262,7 +275,8 @@ def device_wait_instances(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                              inst["enter_ns"].to_numpy(np.int64)[pos])
     before = np.maximum(inst["enter_ns"].to_numpy(np.int64) - inst["from_ns"].to_numpy(np.int64), 0)
     return inst.assign(before_ns=before, busy_ns=np.minimum(busy, before))[
-        ["cause_rank", "step", "wait_ns", "waiting", "before_ns", "busy_ns", "matched", "group_size"]]
+        ["cause_rank", "step", "wait_ns", "waiting", "before_ns", "busy_ns", "matched", "group_size",
+         "late_start_ns"]]
 
 
 def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -271,18 +285,21 @@ def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     ``share`` of all, the most ranks that waited, its steps, the stretches before its kernels
     (``before_ms``) split into ``busy_ms`` and ``idle_ms``, and the fewest ranks of its
     collectives' groups in the trace (``traced``) against the largest group (``group_size``):
-    a trace of some ranks only cannot see a later rank it lacks."""
+    a trace of some ranks only cannot see a later rank it lacks; and how much later its host
+    steps began than the waiters' (``late_start_ms``, weighted by the waits)."""
     inst = device_wait_instances(con)
     columns = ["cause_rank", "instances", "wait_ms", "waiting_ranks", "steps", "before_ms", "busy_ms",
-               "idle_ms", "share", "traced", "group_size"]
+               "idle_ms", "share", "traced", "group_size", "late_start_ms"]
     if inst.empty:
         return pd.DataFrame({c: [] for c in columns})
     inst = inst.rename(columns={"before_ns": "before", "busy_ns": "busy"})
+    inst["late_weighted"] = inst["late_start_ns"] * inst["wait_ns"]
     total = inst["wait_ns"].sum()
     out = inst.groupby("cause_rank").agg(
         instances=("wait_ns", "size"), wait=("wait_ns", "sum"), waiting_ranks=("waiting", "max"),
         steps=("step", lambda s: sorted(set(int(x) for x in s))), before=("before", "sum"), busy=("busy", "sum"),
         traced=("matched", "min"), group_size=("group_size", "max"),
+        late=("late_weighted", "sum"),
     ).reset_index()
     return pd.DataFrame({
         "cause_rank": out["cause_rank"].astype(int), "instances": out["instances"],
@@ -290,6 +307,7 @@ def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         "before_ms": out["before"] / 1e6, "busy_ms": out["busy"] / 1e6,
         "idle_ms": (out["before"] - out["busy"]) / 1e6, "share": out["wait"] / total,
         "traced": out["traced"], "group_size": out["group_size"],
+        "late_start_ms": out["late"] / out["wait"] / 1e6,
     }).sort_values(["wait_ms", "cause_rank"], ascending=[False, True], ignore_index=True)
 
 
@@ -318,8 +336,14 @@ def device_wait_lines(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[s
     """One sentence per cause rank of :func:`device_waits`, largest first."""
     out = []
     for r in device_waits(con).head(limit).itertuples():
-        late = ("its device was mostly idle: the host launched the kernels late"
-                if r.idle_ms > r.busy_ms else "its device was mostly busy: its kernels took longer")
+        if r.idle_ms <= r.busy_ms:
+            late = "its device was mostly busy: its kernels took longer"
+        elif r.late_start_ms > 0:
+            late = (f"its device was mostly idle: its host launched the kernels late, its steps having begun "
+                    f"{ms(r.late_start_ms * 1e6)} after the waiting ranks' on average")
+        else:
+            late = ("its device was mostly idle: its host launched the kernels late, in steps that began no "
+                    "later than the waiting ranks'")
         out.append(
             f"rank {r.cause_rank} started its collective kernels last {r.instances} time"
             f"{'s' if r.instances != 1 else ''} at {step_ranges(r.steps)}: the others waited "
