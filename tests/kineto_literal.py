@@ -96,3 +96,15 @@ def write_rank(directory: Path, rank: int | None, events: list[Event], world: in
     with gzip.open(path, "wt") as fh:
         json.dump(doc, fh)
     return path
+
+
+def late_kernels(directory: Path, second_step_start: float = 100) -> Path:
+    """Two ranks, two steps of 100 us, an allreduce kernel a step. Step 1: rank 1 computes
+    [10, 60) and starts its allreduce kernel at 60, rank 0's waits in its kernel from 40.
+    Step 2 (rank 0's host begins it at ``second_step_start``): rank 0's device idles until its
+    kernel starts at 170, rank 1's waits from 130."""
+    write_rank(directory, 0, [step(1, 0, 100), nccl("allreduce", 40, 80, nelems=1000),
+                              step(2, second_step_start, 200), nccl("allreduce", 170, 190, nelems=1000)])
+    write_rank(directory, 1, [step(1, 0, 100), kernel("gemm", 10, 60), nccl("allreduce", 60, 80, nelems=1000),
+                              step(2, 100, 200), nccl("allreduce", 130, 190, nelems=1000)])
+    return directory

@@ -20,7 +20,7 @@ import pytest
 import analyze
 from analyze.tables.causes import views
 from tests.analyze.test_frameworks import STEP, lbann_steps, oneccl_step
-from tests.kineto_literal import kernel, nccl, step, write_rank
+from tests.kineto_literal import late_kernels
 from tests.literal import write_literal
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -173,14 +173,8 @@ def test_a_step_of_length_zero_and_markers_on_one_rank_only(tmp_path: Path) -> N
 
 
 def test_device_waits_name_the_last_rank_and_what_its_device_did(tmp_path: Path) -> None:
-    # step 1: rank 1 computes [10, 60) and starts its allreduce kernel at 60, rank 0's waits
-    # from 40; step 2, which rank 0's host begins 10 us late: rank 0's device idles until its
-    # kernel starts at 170, rank 1's waits from 130
-    write_rank(tmp_path / "run", 0, [step(1, 0, 100), nccl("allreduce", 40, 80, nelems=1000),
-                                     step(2, 110, 200), nccl("allreduce", 170, 190, nelems=1000)])
-    write_rank(tmp_path / "run", 1, [step(1, 0, 100), kernel("gemm", 10, 60), nccl("allreduce", 60, 80, nelems=1000),
-                                     step(2, 100, 200), nccl("allreduce", 130, 190, nelems=1000)])
-    db = analyze.open(tmp_path / "run")
+    # rank 0's host begins step 2 10 us late; its kernel then starts 40 us after rank 1's
+    db = analyze.open(late_kernels(tmp_path / "run", second_step_start=110))
     got = views.device_waits(db)
     assert got[["cause_rank", "instances", "waiting_ranks", "traced", "group_size"]].values.tolist() == [
         [0, 1, 1, 2, 2], [1, 1, 1, 2, 2]]

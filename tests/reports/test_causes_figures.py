@@ -121,16 +121,11 @@ def test_timeline_lanes_show_regions_and_bucket_waits(tmp_path: Path) -> None:
 
 
 def test_device_causes_page_stacks_kernel_waiting_by_the_late_rank(tmp_path: Path) -> None:
-    from tests.kineto_literal import kernel, nccl, write_rank
-    from tests.kineto_literal import step as kstep
+    from tests.kineto_literal import late_kernels
 
     # rank 1's allreduce kernel starts 20 us after rank 0's at step 0 (it computed first);
     # rank 0's starts 40 us after rank 1's at step 1 (its device idled)
-    write_rank(tmp_path / "run", 0, [kstep(1, 0, 100), nccl("allreduce", 40, 80, nelems=10),
-                                     kstep(2, 100, 200), nccl("allreduce", 170, 190, nelems=10)])
-    write_rank(tmp_path / "run", 1, [kstep(1, 0, 100), kernel("gemm", 10, 60), nccl("allreduce", 60, 80, nelems=10),
-                                     kstep(2, 100, 200), nccl("allreduce", 130, 190, nelems=10)])
-    db = analyze.open(tmp_path / "run")
+    db = analyze.open(late_kernels(tmp_path / "run"))
     per_step = cause_views.device_wait_steps(db)
     assert per_step.to_dict("list") == {"step": [0, 1], "cause": ["rank 1", "rank 0"], "ms": [0.02, 0.04]}
     assert list(per_step["cause"].cat.categories) == ["rank 0", "rank 1"]  # the larger first
