@@ -230,6 +230,10 @@ def device_wait_instances(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     trace holds (``matched``, of ``group_size``); and how much later the cause's host step began
     than the waiters' (``late_start_ns``, their mean weighted by each one's wait): a delay from
     before the step. Empty without device collectives."""
+    columns = ["cause_rank", "step", "wait_ns", "waiting", "before_ns", "busy_ns", "matched", "group_size",
+               "late_start_ns"]
+    if con.execute("SELECT count(*) FROM locations WHERE kind = 'accelerator_stream'").fetchall() == [(0,)]:
+        return pd.DataFrame({c: np.zeros(0, np.int64) for c in columns})  # not a scan of every collective
     inst = con.execute("""
         WITH dc AS (
             SELECT c.rank, c.comm_id, c.seq, c.enter_ns, c.leave_ns, c.wait_ns, c.last_arrival_ns, c.ranks_matched,
@@ -274,9 +278,7 @@ def device_wait_instances(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
         busy[pos] = _covered(ms_, me_, inst["from_ns"].to_numpy(np.int64)[pos],
                              inst["enter_ns"].to_numpy(np.int64)[pos])
     before = np.maximum(inst["enter_ns"].to_numpy(np.int64) - inst["from_ns"].to_numpy(np.int64), 0)
-    return inst.assign(before_ns=before, busy_ns=np.minimum(busy, before))[
-        ["cause_rank", "step", "wait_ns", "waiting", "before_ns", "busy_ns", "matched", "group_size",
-         "late_start_ns"]]
+    return inst.assign(before_ns=before, busy_ns=np.minimum(busy, before))[columns]
 
 
 def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
