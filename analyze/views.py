@@ -14,6 +14,7 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from analyze.tables.names import demangle
 from analyze.tables.phases import PHASE_NAMES, PHASES, segments, sweep_intervals_of_ranks
 from analyze.tables.steps import RankGroups, StepBins
 
@@ -25,9 +26,12 @@ _CLOSE = {"<": ">", "(": ")"}
 
 def short_name(name: str, width: int = 72) -> str:
     """A region or kernel name that fits in ``width`` characters for a table or an axis: a
+    mangled C++ symbol (``_Z...``, as CUPTI names kernels in Score-P traces) is demangled; a
     long C++ signature loses its leading ``void`` and the contents of its template arguments
     and parameter lists (``foo<...>(...)``), and what is still too long is cut, ending in
     ``...``. Shorter names are returned as they are."""
+    if name.startswith("_Z"):
+        name = demangle(name) or name
     if len(name) <= width:
         return name
     text = name.removeprefix("void ")

@@ -154,6 +154,8 @@ def test_long_kernel_names_are_shortened_for_the_table() -> None:
             "at::RestrictPtrTraits, int>, long, float)")
     assert views.short_name(name) == "split_embedding_backward_kernel<...>(...)"
     assert views.short_name("aten::addmm") == "aten::addmm"
+    # CUPTI's mangled kernel names in Score-P traces (casita-2_cuda_simple) are demangled
+    assert views.short_name("_Z11copy_kernelPfPKfii") == "copy_kernel(float*, float const*, int, int)"
     assert views.short_name("x" * 100, 20) == "x" * 17 + "..."
     # unbalanced brackets: cut as it is
     assert views.short_name("f(" + "a" * 80, 20) == "f(" + "a" * 15 + "..."
