@@ -29,6 +29,7 @@ from plotnine import (
     theme,
 )
 
+from analyze.tables.causes import device as device_waits
 from analyze.tables.causes import views as cause_views
 from analyze.tables.steps import RankGroups, StepBins, rank_groups, step_bins
 from analyze.views import RunLabel, short_name
@@ -220,7 +221,7 @@ def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: S
     per_step = cause_views.cause_steps(con, bins=bins)
     if len(per_step) and per_step["ms"].sum() > 0:
         pages.append(Page(f"{tag}-causes", root_causes(per_step, cause_views.delay_lines(con, 2), label, bins.per)))
-    device = cause_views.device_wait_steps(con, bins=bins)
+    device = device_waits.device_wait_steps(con, bins=bins)
     if len(device) and device["ms"].sum() > 0:
         pages.append(Page(f"{tag}-device-causes", device_causes(device, cause_views.device_wait_lines(con, 1), label,
                                                                 bins.per)))

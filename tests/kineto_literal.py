@@ -62,9 +62,10 @@ def memcpy(start: float, end: float, stream: int = COMPUTE_STREAM) -> Event:
 
 
 def nccl(collective: str, start: float, end: float, nelems: int | None = None, dtype: str = "Float",
-         stream: int = NCCL_STREAM, ranks: tuple[int, ...] = (0, 1), name: str | None = None) -> Event:
+         stream: int = NCCL_STREAM, ranks: tuple[int, ...] = (0, 1), name: str | None = None,
+         correlation: int | None = None) -> Event:
     """An NCCL kernel; without ``nelems`` it carries no args (as older PyTorch wrote them)."""
-    args: dict[str, Any] = {"stream": stream}
+    args: dict[str, Any] = {"stream": stream, **({"correlation": correlation} if correlation is not None else {})}
     if nelems is not None:
         args.update({"Collective name": collective, "In msg nelems": nelems, "Out msg nelems": nelems,
                      "Group size": len(ranks), "dtype": dtype, "Process Group Name": "0",
@@ -99,12 +100,18 @@ def write_rank(directory: Path, rank: int | None, events: list[Event], world: in
 
 
 def late_kernels(directory: Path, second_step_start: float = 100) -> Path:
-    """Two ranks, two steps of 100 us, an allreduce kernel a step. Step 1: rank 1 computes
-    [10, 60) and starts its allreduce kernel at 60, rank 0's waits in its kernel from 40.
-    Step 2 (rank 0's host begins it at ``second_step_start``): rank 0's device idles until its
-    kernel starts at 170, rank 1's waits from 130."""
-    write_rank(directory, 0, [step(1, 0, 100), nccl("allreduce", 40, 80, nelems=1000),
-                              step(2, second_step_start, 200), nccl("allreduce", 170, 190, nelems=1000)])
-    write_rank(directory, 1, [step(1, 0, 100), kernel("gemm", 10, 60), nccl("allreduce", 60, 80, nelems=1000),
-                              step(2, 100, 200), nccl("allreduce", 130, 190, nelems=1000)])
+    """Two ranks, two steps of 100 us, an allreduce kernel a step, each launched from the main
+    thread. Step 1: rank 1 launches a gemm at 2 and its allreduce at 8; the gemm runs [10, 60)
+    and the allreduce kernel, behind it, starts at 60; rank 0 launches at 35 and its kernel
+    waits from 40. Step 2 (rank 0's host begins it at ``second_step_start``): rank 0 loads data
+    [115, 160) and launches at 165, its kernel starting at 170; rank 1 launches at 125 and its
+    kernel waits from 130."""
+    write_rank(directory, 0, [
+        step(1, 0, 100), launch(35, 37, correlation=1), nccl("allreduce", 40, 80, nelems=1000, correlation=1),
+        step(2, second_step_start, 200), cpu("dataloader", 115, 160),
+        launch(165, 167, correlation=2), nccl("allreduce", 170, 190, nelems=1000, correlation=2)])
+    write_rank(directory, 1, [
+        step(1, 0, 100), launch(2, 4, correlation=1), kernel("gemm", 10, 60, correlation=1),
+        launch(8, 9, correlation=2), nccl("allreduce", 60, 80, nelems=1000, correlation=2),
+        step(2, 100, 200), launch(125, 127, correlation=3), nccl("allreduce", 130, 190, nelems=1000, correlation=3)])
     return directory

@@ -172,23 +172,31 @@ def test_a_step_of_length_zero_and_markers_on_one_rank_only(tmp_path: Path) -> N
     assert_views_work(db)
 
 
-def test_device_waits_name_the_last_rank_and_what_its_device_did(tmp_path: Path) -> None:
-    # rank 0's host begins step 2 10 us late; its kernel then starts 40 us after rank 1's
+def test_device_waits_name_the_last_rank_and_why(tmp_path: Path) -> None:
+    # rank 0's host begins step 2 10 us late (kineto_literal.late_kernels)
     db = analyze.open(late_kernels(tmp_path / "run", second_step_start=110))
     got = views.device_waits(db)
     assert got[["cause_rank", "instances", "waiting_ranks", "traced", "group_size"]].values.tolist() == [
         [0, 1, 1, 2, 2], [1, 1, 1, 2, 2]]
     assert got["steps"].tolist() == [[1], [0]]
     us = 1e-3  # ms
-    assert np.allclose(got[["wait_ms", "before_ms", "busy_ms", "idle_ms", "late_start_ms"]].to_numpy(),
-                       [[40 * us, 60 * us, 0, 60 * us, 10 * us], [20 * us, 60 * us, 50 * us, 10 * us, 0]])
+    assert np.allclose(got[["wait_ms", "before_ms", "busy_ms", "idle_ms"]].to_numpy(),
+                       [[40 * us, 60 * us, 0, 60 * us], [20 * us, 60 * us, 50 * us, 10 * us]])
     assert np.allclose(got["share"], [2 / 3, 1 / 3])
+    # why: at step 1, rank 1's allreduce sat 52 us on its device behind the gemm against rank
+    # 0's 5 us (47 more), and its host spent 2 us launching the gemm: 20 us split 47 : 2; at
+    # step 2, rank 0 began 10 us late and spent 45 us loading data before its launch (its
+    # step's own code 10 us against rank 1's 25): 40 us split 45 : 10
+    why = views.device_wait_causes(db)
+    assert [(r, k, g, round(v / us, 6)) for r, k, g, v in why.itertuples(index=False)] == [
+        (0, "region", "dataloader", round(40 * 45 / 55, 6)), (1, "device_queue", "", round(20 * 47 / 49, 6)),
+        (0, "late_start", "", round(40 * 10 / 55, 6)), (1, "region", "cudaLaunchKernel", round(20 * 2 / 49, 6))]
     lines = views.device_wait_lines(db)
     assert lines[0].startswith("rank 0 started its collective kernels last 1 time at step 1: the others waited "
-                               "0.04 ms in theirs (67% of all device waiting, up to 1 rank)")
-    assert lines[0].endswith("(its device was mostly idle: its host launched the kernels late, its steps having "
-                             "begun 0.01 ms after the waiting ranks' on average)")
-    assert lines[1].endswith("(its device was mostly busy: its kernels took longer)")
+                               "0.04 ms in theirs (67% of all device waiting, up to 1 rank), because its host spent "
+                               "longer in dataloader (0.0327 ms of it) and its host step began later (0.00727 ms of it)")
+    assert ("because its kernels queued longer on its device (0.0192 ms of it) and its host spent longer in "
+            "cudaLaunchKernel (816 ns of it)") in lines[1]
     # the host's phases see no waiting, and a run without device collectives has no device waits
     assert views.delay_lines(db) == []
     assert views.device_waits(build(tmp_path / "otf2", lbann_steps(record=True), step_region=STEP)).empty

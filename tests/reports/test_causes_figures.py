@@ -10,6 +10,7 @@ from matplotlib import pyplot as plt
 
 import analyze
 from analyze import views
+from analyze.tables.causes import device as device_waits
 from analyze.tables.causes import views as cause_views
 from analyze.views import RunLabel
 from reports import causes, figures
@@ -126,7 +127,7 @@ def test_device_causes_page_stacks_kernel_waiting_by_the_late_rank(tmp_path: Pat
     # rank 1's allreduce kernel starts 20 us after rank 0's at step 0 (it computed first);
     # rank 0's starts 40 us after rank 1's at step 1 (its device idled)
     db = analyze.open(late_kernels(tmp_path / "run"))
-    per_step = cause_views.device_wait_steps(db)
+    per_step = device_waits.device_wait_steps(db)
     assert per_step.to_dict("list") == {"step": [0, 1], "cause": ["rank 1", "rank 0"], "ms": [0.02, 0.04]}
     assert list(per_step["cause"].cat.categories) == ["rank 0", "rank 1"]  # the larger first
     plot = drawn(causes.device_causes(per_step, cause_views.device_wait_lines(db, 1), LABEL))

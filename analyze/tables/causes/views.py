@@ -7,12 +7,12 @@ the figures of :mod:`reports.causes` are drawn from (times in milliseconds).
 from __future__ import annotations
 
 import duckdb
-import numpy as np
 import pandas as pd
 
 from analyze.schema import CauseKind, DevicePhase
-from analyze.tables.device_phases import COMM, device_activity
+from analyze.tables.causes.device import device_wait_causes, device_waits
 from analyze.tables.steps import RankGroups, StepBins, rank_group_sql
+from analyze.views import short_name
 
 
 def step_ranges(steps: list[int], most: int = 4) -> str:
@@ -193,166 +193,33 @@ def path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> 
     return per_rank, steps
 
 
-def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of [start, end) intervals as sorted disjoint intervals."""
-    if not len(start):
-        return start, end
-    order = np.argsort(start, kind="stable")
-    s, e = start[order], np.maximum.accumulate(end[order])
-    new = np.concatenate([[True], s[1:] > e[:-1]])
-    first = np.flatnonzero(new)
-    last = np.concatenate([first[1:], [len(s)]]) - 1
-    return s[first], e[last]
+def _part(kind: str, region: str) -> str:
+    if kind == "late_start":
+        return "its host step began later"
+    if kind == "region":
+        return f"its host spent longer in {short_name(region, 60)}"
+    if kind == "device_queue":
+        return "its kernels queued longer on its device"
+    return "launches not in the trace"
 
 
-def _covered(ms: np.ndarray, me: np.ndarray, b: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """Per query [b, e): how much of it the disjoint sorted intervals [ms, me) cover."""
-    if not len(ms):
-        return np.zeros(len(b), np.int64)
-    before = np.concatenate([[0], np.cumsum(me - ms)])  # covered before interval k
-
-    def upto(t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(ms, t, side="right") - 1
-        inside = np.clip(t - ms[np.maximum(k, 0)], 0, (me - ms)[np.maximum(k, 0)])
-        return np.where(k >= 0, before[np.maximum(k, 0)] + inside, 0)
-
-    return np.maximum(upto(e) - upto(b), 0)
-
-
-def device_wait_instances(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Collective kernels (NCCL/RCCL on accelerator streams, matched across ranks) wait inside
-    the kernel for the last rank's kernel to start. Per collective instance some rank waited
-    in: ``cause_rank`` (the last to start; the lowest rank on a tie), its ``step``, the summed
-    ``wait_ns`` of the others and how many ``waiting``; what its device did in the stretch
-    before its kernel started (from its previous collective kernel's end, or its step's start,
-    to its kernel's start), ``before_ns`` long: ``busy_ns`` in kernels and copies, the rest
-    idle (the host launched the kernel late); how many ranks of the collective's group the
-    trace holds (``matched``, of ``group_size``); and how much later the cause's host step began
-    than the waiters' (``late_start_ns``, their mean weighted by each one's wait): a delay from
-    before the step. Empty without device collectives."""
-    columns = ["cause_rank", "step", "wait_ns", "waiting", "before_ns", "busy_ns", "matched", "group_size",
-               "late_start_ns"]
-    if con.execute("SELECT count(*) FROM locations WHERE kind = 'accelerator_stream'").fetchall() == [(0,)]:
-        return pd.DataFrame({c: np.zeros(0, np.int64) for c in columns})  # not a scan of every collective
-    inst = con.execute("""
-        WITH dc AS (
-            SELECT c.rank, c.comm_id, c.seq, c.enter_ns, c.leave_ns, c.wait_ns, c.last_arrival_ns, c.ranks_matched,
-                   lag(c.leave_ns) OVER (PARTITION BY c.location_id ORDER BY c.enter_ns, c.seq) AS prev_leave_ns
-            FROM collectives c JOIN locations l USING (location_id)
-            WHERE l.kind = 'accelerator_stream' AND c.ranks_matched > 1
-        ),
-        -- each kernel with the host step it starts in
-        dcs AS (
-            SELECT dc.*, s.step, s.start_ns AS step_start_ns
-            FROM dc ASOF JOIN steps s ON s.rank = dc.rank AND dc.enter_ns >= s.start_ns
-            WHERE dc.enter_ns < s.end_ns
-        ),
-        waited AS (
-            SELECT comm_id, seq, any_value(last_arrival_ns) AS last_ns, sum(wait_ns) AS wait_ns,
-                   count(*) FILTER (WHERE wait_ns > 0) AS waiting, max(ranks_matched) AS matched
-            FROM dc GROUP BY comm_id, seq HAVING sum(wait_ns) > 0
-        ),
-        cause AS (
-            SELECT w.*, d.rank AS cause_rank, d.enter_ns, d.prev_leave_ns, d.step, d.step_start_ns
-            FROM waited w JOIN dcs d ON d.comm_id = w.comm_id AND d.seq = w.seq AND d.enter_ns = w.last_ns
-            QUALIFY row_number() OVER (PARTITION BY w.comm_id, w.seq ORDER BY d.rank) = 1
-        ),
-        -- how much later the cause's step began than each waiter's, weighted by the wait
-        late AS (
-            SELECT c.comm_id, c.seq,
-                   sum(d.wait_ns * (c.step_start_ns - d.step_start_ns)) / sum(d.wait_ns) AS late_start_ns
-            FROM cause c JOIN dcs d ON d.comm_id = c.comm_id AND d.seq = c.seq AND d.wait_ns > 0
-            GROUP BY c.comm_id, c.seq
-        )
-        SELECT c.cause_rank, c.wait_ns, c.waiting, c.step, c.enter_ns,
-               greatest(coalesce(c.prev_leave_ns, c.step_start_ns), c.step_start_ns) AS from_ns,
-               c.matched, len(m.members) AS group_size, coalesce(l.late_start_ns, 0) AS late_start_ns
-        FROM cause c LEFT JOIN late l USING (comm_id, seq) LEFT JOIN communicators m USING (comm_id)
-    """).df()
-    busy = np.zeros(len(inst), np.int64)
-    act = device_activity(con)  # one query for every rank: a query a rank costs ~10 ms at thousands
-    act = act[act["kind"].to_numpy() != COMM]  # kernels and copies, not communication
-    by_rank = act.groupby("rank").indices
-    for rank, rows in inst.groupby("cause_rank").indices.items():
-        mine = by_rank.get(rank, np.zeros(0, np.int64))
-        ms_, me_ = _merged(act["start_ns"].to_numpy(np.int64)[mine], act["end_ns"].to_numpy(np.int64)[mine])
-        busy[rows] = _covered(ms_, me_, inst["from_ns"].to_numpy(np.int64)[rows],
-                              inst["enter_ns"].to_numpy(np.int64)[rows])
-    before = np.maximum(inst["enter_ns"].to_numpy(np.int64) - inst["from_ns"].to_numpy(np.int64), 0)
-    return inst.assign(before_ns=before, busy_ns=np.minimum(busy, before))[columns]
-
-
-def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """Who made the accelerators wait (:func:`device_wait_instances`), per cause rank, largest
-    first: the ``instances`` it was last in, the summed wait of the others (ms) and its
-    ``share`` of all, the most ranks that waited, its steps, the stretches before its kernels
-    (``before_ms``) split into ``busy_ms`` and ``idle_ms``, and the fewest ranks of its
-    collectives' groups in the trace (``traced``) against the largest group (``group_size``):
-    a trace of some ranks only cannot see a later rank it lacks; and how much later its host
-    steps began than the waiters' (``late_start_ms``, weighted by the waits)."""
-    inst = device_wait_instances(con)
-    columns = ["cause_rank", "instances", "wait_ms", "waiting_ranks", "steps", "before_ms", "busy_ms",
-               "idle_ms", "share", "traced", "group_size", "late_start_ms"]
-    if inst.empty:
-        return pd.DataFrame({c: [] for c in columns})
-    inst = inst.rename(columns={"before_ns": "before", "busy_ns": "busy"})
-    inst["late_weighted"] = inst["late_start_ns"] * inst["wait_ns"]
-    total = inst["wait_ns"].sum()
-    out = inst.groupby("cause_rank").agg(
-        instances=("wait_ns", "size"), wait=("wait_ns", "sum"), waiting_ranks=("waiting", "max"),
-        steps=("step", lambda s: sorted(set(int(x) for x in s))), before=("before", "sum"), busy=("busy", "sum"),
-        traced=("matched", "min"), group_size=("group_size", "max"),
-        late=("late_weighted", "sum"),
-    ).reset_index()
-    return pd.DataFrame({
-        "cause_rank": out["cause_rank"].astype(int), "instances": out["instances"],
-        "wait_ms": out["wait"] / 1e6, "waiting_ranks": out["waiting_ranks"], "steps": out["steps"],
-        "before_ms": out["before"] / 1e6, "busy_ms": out["busy"] / 1e6,
-        "idle_ms": (out["before"] - out["busy"]) / 1e6, "share": out["wait"] / total,
-        "traced": out["traced"], "group_size": out["group_size"],
-        "late_start_ms": out["late"] / out["wait"] / 1e6,
-    }).sort_values(["wait_ms", "cause_rank"], ascending=[False, True], ignore_index=True)
-
-
-def device_wait_steps(con: duckdb.DuckDBPyConnection, top: int = 5, bins: StepBins | None = None) -> pd.DataFrame:
-    """step, cause ("rank N"; ranks past the ``top`` largest are "other ranks"), ms: the waiting
-    in collective kernels per step, summed over the ranks that waited, by the rank whose kernel
-    started last (with ``bins``, per mean step of each bin, as :func:`cause_steps`)."""
-    inst = device_wait_instances(con)
-    if inst.empty:
-        return pd.DataFrame({"step": [], "cause": [], "ms": []})
-    order = inst.groupby("cause_rank")["wait_ns"].sum().sort_values(ascending=False, kind="stable")
-    keep = [f"rank {r}" for r in order.index[:top]]
-    bins = bins or StepBins(0, 0, 1)
-    step = inst["step"].to_numpy(np.int64)
-    first = bins.first + (step - bins.first) // bins.per * bins.per
-    width = np.minimum(bins.per, bins.last - first + 1) if bins.per > 1 else np.ones(len(step), np.int64)
-    cause = [f"rank {r}" if f"rank {r}" in keep else "other ranks" for r in inst["cause_rank"]]
-    df = pd.DataFrame({"step": first, "cause": cause, "ms": inst["wait_ns"].to_numpy() / 1e6 / width})
-    out = df.groupby(["step", "cause"], as_index=False)["ms"].sum()
-    levels = keep + (["other ranks"] if "other ranks" in set(out["cause"]) else [])
-    out["cause"] = pd.Categorical(out["cause"], categories=levels)
-    return out
-
-
-def device_wait_lines(con: duckdb.DuckDBPyConnection, limit: int = 10) -> list[str]:
-    """One sentence per cause rank of :func:`device_waits`, largest first."""
+def device_wait_lines(con: duckdb.DuckDBPyConnection, limit: int = 10, parts: int = 2) -> list[str]:
+    """One sentence per cause rank of :func:`device_waits`, largest first, with the ``parts``
+    largest reasons of :func:`device_wait_causes`."""
+    why = device_wait_causes(con)
     out = []
     for r in device_waits(con).head(limit).itertuples():
-        if r.idle_ms <= r.busy_ms:
-            late = "its device was mostly busy: its kernels took longer"
-        elif r.late_start_ms > 0:
-            late = (f"its device was mostly idle: its host launched the kernels late, its steps having begun "
-                    f"{ms(r.late_start_ms * 1e6)} after the waiting ranks' on average")
-        else:
-            late = ("its device was mostly idle: its host launched the kernels late, in steps that began no "
-                    "later than the waiting ranks'")
+        mine = why[why["cause_rank"] == r.cause_rank].head(parts)
+        reasons = " and ".join(f"{_part(k, g)} ({ms(v * 1e6)} of it)"
+                               for k, g, v in zip(mine["kind"], mine["region"], mine["ms"], strict=True))
         out.append(
             f"rank {r.cause_rank} started its collective kernels last {r.instances} time"
             f"{'s' if r.instances != 1 else ''} at {step_ranges(r.steps)}: the others waited "
             f"{ms(r.wait_ms * 1e6)} in theirs ({100 * r.share:.0f}% of all device waiting, up to "
-            f"{r.waiting_ranks} rank{'s' if r.waiting_ranks != 1 else ''}); in the {ms(r.before_ms * 1e6)} before, "
-            f"its device was busy {ms(r.busy_ms * 1e6)} and idle {ms(r.idle_ms * 1e6)} ({late})"
+            f"{r.waiting_ranks} rank{'s' if r.waiting_ranks != 1 else ''})"
+            + (f", because {reasons}" if reasons else "")
+            + f"; in the {ms(r.before_ms * 1e6)} before its kernels, its device was busy {ms(r.busy_ms * 1e6)} "
+            f"and idle {ms(r.idle_ms * 1e6)}"
             + (f"; only {r.traced} of its group's {r.group_size} ranks are in the trace, so a rank not "
                "traced may have started later" if r.group_size > r.traced else ""))
     return out
