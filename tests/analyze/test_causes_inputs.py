@@ -82,6 +82,12 @@ def test_kineto_fixtures_agree_with_the_phases(name: str,
     if host_comm == 0:
         assert db.execute("SELECT max(comm_ns) FROM overlap").fetchall() == [(0,)]
     assert_views_work(db)
+    # the devices' waiting: each cause rank's reasons add up to the waiting it caused
+    waits, why = views.device_waits(db), views.device_wait_causes(db)
+    if name in ("param_dlrm_v100_8rank", "hta_sampled_2rank"):  # the fixtures with matched NCCL kernels
+        assert len(waits) > 0
+    per_rank = why.groupby("cause_rank")["ms"].sum()
+    assert np.allclose(per_rank.reindex(waits["cause_rank"]).to_numpy(), waits["wait_ms"].to_numpy())
     # tracelens_mi300_rccl has 56 slices that only partly overlap the one before them (a
     # profiler.step call starts 11.5 us before ProfilerStep#15 ends): the overlap is counted
     # once, as the later slice's (chrome_events.own_end_ns)

@@ -30,6 +30,36 @@ from analyze.tables.steps import StepBins
 LATE_START, DEVICE_QUEUE, UNKNOWN = "late_start", "device_queue", "unknown"
 
 
+# The collective kernels matched across ranks (dc), each with the host step it starts in, its
+# launch's start (the kernel's CPU call in correlations) and the end of the previous collective
+# kernel on its stream (dcs; kernels outside every step are left out), and per collective the
+# rank whose kernel started last (cause; the lowest rank on a tie).
+_KERNELS = """
+        dc AS (
+            SELECT c.location_id, c.interval_idx, c.rank, c.comm_id, c.seq, c.enter_ns, c.leave_ns, c.wait_ns,
+                   c.last_arrival_ns, c.ranks_matched,
+                   lag(c.leave_ns) OVER (PARTITION BY c.location_id ORDER BY c.enter_ns, c.seq) AS prev_leave_ns
+            FROM collectives c JOIN locations l USING (location_id)
+            WHERE l.kind = 'accelerator_stream' AND c.ranks_matched > 1
+        ),
+        launch AS (SELECT location_id, idx, min(launch_start_ns) AS launch_ns FROM correlations GROUP BY ALL),
+        dcs AS (
+            SELECT dc.*, s.step, s.start_ns AS step_start_ns, k.launch_ns
+            FROM dc ASOF JOIN steps s ON s.rank = dc.rank AND dc.enter_ns >= s.start_ns
+            LEFT JOIN launch k ON k.location_id = dc.location_id AND k.idx = dc.interval_idx
+            WHERE dc.enter_ns < s.end_ns
+        ),
+        cause AS (
+            SELECT * FROM dcs WHERE enter_ns = last_arrival_ns
+            QUALIFY row_number() OVER (PARTITION BY comm_id, seq ORDER BY rank) = 1
+        )"""
+
+
+def _has_devices(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the run has accelerator streams (else nothing here scans its collectives)."""
+    return con.execute("SELECT count(*) > 0 FROM locations WHERE kind = 'accelerator_stream'").fetchall() == [(True,)]
+
+
 def _merged(start: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The union of [start, end) intervals as sorted disjoint intervals."""
     if not len(start):
@@ -67,35 +97,19 @@ def device_wait_instances(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     trace holds (``matched``, of ``group_size``). Empty without device collectives; why the
     cause was late is :func:`device_wait_causes`."""
     columns = ["cause_rank", "step", "wait_ns", "waiting", "before_ns", "busy_ns", "matched", "group_size"]
-    if con.execute("SELECT count(*) FROM locations WHERE kind = 'accelerator_stream'").fetchall() == [(0,)]:
-        return pd.DataFrame({c: np.zeros(0, np.int64) for c in columns})  # not a scan of every collective
-    inst = con.execute("""
-        WITH dc AS (
-            SELECT c.rank, c.comm_id, c.seq, c.enter_ns, c.leave_ns, c.wait_ns, c.last_arrival_ns, c.ranks_matched,
-                   lag(c.leave_ns) OVER (PARTITION BY c.location_id ORDER BY c.enter_ns, c.seq) AS prev_leave_ns
-            FROM collectives c JOIN locations l USING (location_id)
-            WHERE l.kind = 'accelerator_stream' AND c.ranks_matched > 1
-        ),
-        -- each kernel with the host step it starts in
-        dcs AS (
-            SELECT dc.*, s.step, s.start_ns AS step_start_ns
-            FROM dc ASOF JOIN steps s ON s.rank = dc.rank AND dc.enter_ns >= s.start_ns
-            WHERE dc.enter_ns < s.end_ns
-        ),
+    if not _has_devices(con):
+        return pd.DataFrame({c: np.zeros(0, np.int64) for c in columns})
+    inst = con.execute(f"""
+        WITH {_KERNELS},
         waited AS (
-            SELECT comm_id, seq, any_value(last_arrival_ns) AS last_ns, sum(wait_ns) AS wait_ns,
-                   count(*) FILTER (WHERE wait_ns > 0) AS waiting, max(ranks_matched) AS matched
-            FROM dc GROUP BY comm_id, seq HAVING sum(wait_ns) > 0
-        ),
-        cause AS (
-            SELECT w.*, d.rank AS cause_rank, d.enter_ns, d.prev_leave_ns, d.step, d.step_start_ns
-            FROM waited w JOIN dcs d ON d.comm_id = w.comm_id AND d.seq = w.seq AND d.enter_ns = w.last_ns
-            QUALIFY row_number() OVER (PARTITION BY w.comm_id, w.seq ORDER BY d.rank) = 1
+            SELECT comm_id, seq, sum(wait_ns) AS wait_ns, count(*) FILTER (WHERE wait_ns > 0) AS waiting,
+                   max(ranks_matched) AS matched
+            FROM dcs GROUP BY comm_id, seq HAVING sum(wait_ns) > 0
         )
-        SELECT c.cause_rank, c.wait_ns, c.waiting, c.step, c.enter_ns,
+        SELECT c.rank AS cause_rank, w.wait_ns, w.waiting, c.step, c.enter_ns,
                greatest(coalesce(c.prev_leave_ns, c.step_start_ns), c.step_start_ns) AS from_ns,
-               c.matched, len(m.members) AS group_size
-        FROM cause c LEFT JOIN communicators m USING (comm_id)
+               w.matched, len(m.members) AS group_size
+        FROM cause c JOIN waited w USING (comm_id, seq) LEFT JOIN communicators m USING (comm_id)
     """).df()
     busy = np.zeros(len(inst), np.int64)
     act = device_activity(con)  # one query for every rank: a query a rank costs ~10 ms at thousands
@@ -165,25 +179,10 @@ def device_wait_causes(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     (``late_start``, ``region``, ``device_queue`` or ``unknown``), region (the host region's name
     for kind region, ``(no region)`` for main-thread time in none; else empty) and ms."""
     empty = pd.DataFrame({"cause_rank": [], "kind": [], "region": [], "ms": []})
-    if con.execute("SELECT count(*) FROM locations WHERE kind = 'accelerator_stream'").fetchall() == [(0,)]:
+    if not _has_devices(con):
         return empty
-    pairs = con.execute("""
-        WITH dc AS (
-            SELECT c.location_id, c.interval_idx, c.rank, c.comm_id, c.seq, c.enter_ns, c.wait_ns, c.last_arrival_ns
-            FROM collectives c JOIN locations l USING (location_id)
-            WHERE l.kind = 'accelerator_stream' AND c.ranks_matched > 1
-        ),
-        launch AS (SELECT location_id, idx, min(launch_start_ns) AS launch_ns FROM correlations GROUP BY ALL),
-        dcs AS (
-            SELECT dc.*, s.step, s.start_ns AS step_start_ns, k.launch_ns
-            FROM dc ASOF JOIN steps s ON s.rank = dc.rank AND dc.enter_ns >= s.start_ns
-            LEFT JOIN launch k ON k.location_id = dc.location_id AND k.idx = dc.interval_idx
-            WHERE dc.enter_ns < s.end_ns
-        ),
-        cause AS (
-            SELECT * FROM dcs WHERE enter_ns = last_arrival_ns
-            QUALIFY row_number() OVER (PARTITION BY comm_id, seq ORDER BY rank) = 1
-        )
+    pairs = con.execute(f"""
+        WITH {_KERNELS}
         SELECT c.rank AS cause_rank, c.step AS c_step, c.step_start_ns AS c_start, c.launch_ns AS c_launch,
                c.enter_ns AS c_enter, w.rank AS w_rank, w.step AS w_step, w.step_start_ns AS w_start,
                w.launch_ns AS w_launch, w.enter_ns AS w_enter, w.wait_ns
