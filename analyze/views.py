@@ -14,43 +14,10 @@ import duckdb
 import numpy as np
 import pandas as pd
 
-from analyze.tables.names import demangle
 from analyze.tables.phases import PHASE_NAMES, PHASES, segments, sweep_intervals_of_ranks
 from analyze.tables.steps import RankGroups, StepBins
 
 NS_PER_MS = 1e6
-
-
-_CLOSE = {"<": ">", "(": ")"}
-
-
-def short_name(name: str, width: int = 72) -> str:
-    """A region or kernel name that fits in ``width`` characters for a table or an axis: a
-    mangled C++ symbol (``_Z...``, as CUPTI names kernels in Score-P traces) is demangled; a
-    long C++ signature loses its leading ``void`` and the contents of its template arguments
-    and parameter lists (``foo<...>(...)``), and what is still too long is cut, ending in
-    ``...``. Shorter names are returned as they are."""
-    if name.startswith("_Z"):
-        name = demangle(name) or name
-    if len(name) <= width:
-        return name
-    text = name.removeprefix("void ")
-    out: list[str] = []
-    stack: list[str] = []
-    for ch in text:
-        if ch in _CLOSE:
-            if not stack:
-                out.append(ch + "...")
-            stack.append(_CLOSE[ch])
-        elif stack and ch == stack[-1]:
-            stack.pop()
-            if not stack:
-                out.append(ch)
-        elif not stack:
-            out.append(ch)
-    if not stack:  # brackets balanced: the collapsed form
-        text = "".join(out)
-    return text if len(text) <= width else text[: width - 3] + "..."
 
 
 @dataclass

@@ -31,8 +31,9 @@ from plotnine import (
 
 from analyze.tables.causes import device as device_waits
 from analyze.tables.causes import views as cause_views
+from analyze.tables.names import short_name
 from analyze.tables.steps import RankGroups, StepBins, rank_groups, step_bins
-from analyze.views import RunLabel, short_name
+from analyze.views import RunLabel
 from reports import steps as per_bar
 from reports.page import Page
 from reports.theme import BASE_SIZE, HEIGHT_IN, PHASE_COLORS, WIDTH_IN, theme_dltrace
@@ -168,7 +169,7 @@ def diff_page(table: pd.DataFrame, a: str, b: str, top: int = 15) -> Page:
 
 def _axis_label(kind: str, name: str, width: int = 32) -> str:
     """``kind: name`` in at most two lines of ``width`` characters, so that kernels' C++ names
-    leave the plot its width: shortened (:func:`analyze.views.short_name`), broken after an
+    leave the plot its width: shortened (:func:`analyze.tables.names.short_name`), broken after an
     underscore or a space where one comes early enough, the second line cut."""
     text = f"{kind}: {short_name(name, 2 * width)}"
     if len(text) <= width:

@@ -107,3 +107,35 @@ def match_name(name: str, canonical: str | None = None) -> str:
     if "[" in text:
         text = _SUFFIX.sub("", text)
     return _function_part(text)
+
+
+_CLOSE = {"<": ">", "(": ")"}
+
+
+def short_name(name: str, width: int = 72) -> str:
+    """A region or kernel name that fits in ``width`` characters for a table or an axis: a
+    mangled C++ symbol (``_Z...``, as CUPTI names kernels in Score-P traces) is demangled; a
+    long C++ signature loses its leading ``void`` and the contents of its template arguments
+    and parameter lists (``foo<...>(...)``), and what is still too long is cut, ending in
+    ``...``. Shorter names are returned as they are."""
+    if name.startswith("_Z"):
+        name = demangle(name) or name
+    if len(name) <= width:
+        return name
+    text = name.removeprefix("void ")
+    out: list[str] = []
+    stack: list[str] = []
+    for ch in text:
+        if ch in _CLOSE:
+            if not stack:
+                out.append(ch + "...")
+            stack.append(_CLOSE[ch])
+        elif stack and ch == stack[-1]:
+            stack.pop()
+            if not stack:
+                out.append(ch)
+        elif not stack:
+            out.append(ch)
+    if not stack:  # brackets balanced: the collapsed form
+        text = "".join(out)
+    return text if len(text) <= width else text[: width - 3] + "..."

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analyze import views
 from analyze.errors import AnalyzeError
 from analyze.experiments import diff
+from analyze.tables import names
 from reports.causes import diff_plot
 from tests.kineto_literal import kernel, memcpy, step, write_rank
 from tests.literal import write_literal
@@ -152,13 +152,13 @@ def test_kineto_runs_diff_the_device_phases_and_kernels(tmp_path: Path) -> None:
 def test_long_kernel_names_are_shortened_for_the_table() -> None:
     name = ("void split_embedding_backward_kernel<float, float, 5ul>(at::GenericPackedTensorAccessor<float, 2ul, "
             "at::RestrictPtrTraits, int>, long, float)")
-    assert views.short_name(name) == "split_embedding_backward_kernel<...>(...)"
-    assert views.short_name("aten::addmm") == "aten::addmm"
+    assert names.short_name(name) == "split_embedding_backward_kernel<...>(...)"
+    assert names.short_name("aten::addmm") == "aten::addmm"
     # CUPTI's mangled kernel names in Score-P traces (casita-2_cuda_simple) are demangled
-    assert views.short_name("_Z11copy_kernelPfPKfii") == "copy_kernel(float*, float const*, int, int)"
-    assert views.short_name("x" * 100, 20) == "x" * 17 + "..."
+    assert names.short_name("_Z11copy_kernelPfPKfii") == "copy_kernel(float*, float const*, int, int)"
+    assert names.short_name("x" * 100, 20) == "x" * 17 + "..."
     # unbalanced brackets: cut as it is
-    assert views.short_name("f(" + "a" * 80, 20) == "f(" + "a" * 15 + "..."
+    assert names.short_name("f(" + "a" * 80, 20) == "f(" + "a" * 15 + "..."
     # names that shorten alike stay apart
     table = pd.DataFrame({"kind": ["kernel", "kernel"], "name": [name, name.replace("5ul", "6ul")],
                           "a_ms": [1.0, 2.0], "b_ms": [2.0, 1.0], "delta_ms": [1.0, -1.0], "ci_low": [0.5, -1.5],

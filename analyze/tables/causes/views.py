@@ -11,8 +11,8 @@ import pandas as pd
 
 from analyze.schema import CauseKind, DevicePhase
 from analyze.tables.causes.device import device_wait_causes, device_waits
+from analyze.tables.names import short_name
 from analyze.tables.steps import RankGroups, StepBins, rank_group_sql
-from analyze.views import short_name
 
 
 def step_ranges(steps: list[int], most: int = 4) -> str:
