@@ -73,6 +73,20 @@ def step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
     """).df()
 
 
+def device_step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
+                       groups: RankGroups | None = None) -> pd.DataFrame:
+    """rank, step, phase, ms of the devices' phases (``device_phases``, whatever the host did
+    meanwhile), binned and grouped as :func:`step_phases`; empty without accelerator streams."""
+    bins, groups = bins or StepBins(0, 0, 1), groups or RankGroups(1, 0)
+    return con.execute(f"""
+        WITH d AS (SELECT rank, step, phase, sum(duration_ns) AS duration_ns FROM device_phases GROUP BY ALL),
+        p AS (SELECT {groups.start()} AS g, {bins.start()} AS b, rank, phase, duration_ns FROM d),
+        {groups.sizes("p")}
+        SELECT g AS rank, b AS step, phase, sum(duration_ns) / 1e6 / {bins.width('b')} / any_value(n.n) AS ms
+        FROM p JOIN n USING (g) GROUP BY g, b, phase ORDER BY rank, step, phase
+    """).df()
+
+
 WARMUP_OUTLIER = 4.0  # a step this many times the typical step, early in the run, is warm-up
 
 

@@ -33,6 +33,7 @@ from analyze.views import RunLabel, Timeline
 from reports import steps as per_bar
 from reports.theme import (
     BASE_SIZE,
+    DEVICE_PHASE_ORDER,
     HEIGHT_IN,
     PHASE_COLORS,
     PHASE_ORDER,
@@ -157,24 +158,29 @@ def timeline(tl: Timeline, label: RunLabel) -> ggplot:
 
 
 def step_breakdown(steps: pd.DataFrame, label: RunLabel, per: int | None = None,
-                   groups: RankGroups | None = None) -> ggplot:
+                   groups: RankGroups | None = None, device: bool = False) -> ggplot:
     """Per rank, each step's time stacked by phase: warm-up, drift and stragglers show up.
     ``per``: ``steps`` is binned already, by so many steps (reports/steps.py); ``groups``: its
-    ranks are groups of ranks (a panel each)."""
+    ranks are groups of ranks (a panel each). ``device``: the phases are the devices'
+    (``device_phases``: compute, communication hidden or exposed, memory, idle)."""
     groups = groups or RankGroups(1, 0)
+    order = DEVICE_PHASE_ORDER if device else PHASE_ORDER
     df, per = per_bar.prepared(steps, ["rank", "phase"], ["ms"], per)
-    df = df.assign(phase=pd.Categorical(df["phase"], categories=PHASE_ORDER[::-1]))
+    df = df.assign(phase=pd.Categorical(df["phase"], categories=order[::-1]))
+    present = [p for p in order if p in set(df.loc[df["ms"] > 0, "phase"].astype(str))]
     n_ranks = df["rank"].nunique()
     cols = min(4, n_ranks)
     rows = -(-n_ranks // cols)
+    what = ("on the devices (all of a rank's streams): time per step by device phase;\n"
+            if device else "time per step by phase; ")
     return (
         ggplot(df, aes("step", "ms", fill="phase"))  # type: ignore[operator]
         + geom_col(width=per_bar.width(per))
         + facet_wrap("rank", labeller=lambda r: groups.panel(int(r)), ncol=cols)  # type: ignore[arg-type]
         + per_bar.axis(df["step"])
-        + phase_fill(present_phases(df["phase"], df["ms"]))
+        + phase_fill(present, device)
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
-        + labs(title=label.title(), subtitle="time per step by phase; step 0 is usually warm-up" + per_bar.note(per)
+        + labs(title=label.title(), subtitle=f"{what}step 0 is usually warm-up" + per_bar.note(per)
                + groups.note(),
                x="step", y="time [ms]")
         + theme_dltrace()

@@ -67,6 +67,9 @@ def run_pages(con: duckdb.DuckDBPyConnection, index: int, steps: tuple[int, int]
     pages = [Page(f"{tag}-timeline", figures.timeline(tl, label)),
              Page(f"{tag}-steps", figures.step_breakdown(views.step_phases(con, bins, groups), label, bins.per,
                                                          groups))]
+    device = views.device_step_phases(con, bins, groups)
+    if len(device) and device["ms"].sum() > 0:  # GPU traces: what the devices did, beside the hosts
+        pages.append(Page(f"{tag}-device-steps", figures.step_breakdown(device, label, bins.per, groups, device=True)))
     boxes_of = rank_groups(con, figures.MAX_BOXES)  # a box per rank or group of ranks, side by side
     waits, boxes, stragglers = views.waits_summary(con, figures.MAX_POINTS, boxes_of)
     if len(waits):

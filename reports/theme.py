@@ -43,6 +43,20 @@ PHASE_LABELS = {
 }
 
 
+# The devices' phases (device_phases): compute as the host's compute, exposed communication as
+# allreduce, hidden communication a lighter tint of it, idle as waiting.
+DEVICE_PHASE_ORDER = ["compute", "comm_hidden", "comm_exposed", "memory", "idle"]
+DEVICE_PHASE_COLORS = {
+    "compute": PHASE_COLORS["compute"],
+    "comm_hidden": "#F5CC7F",  # orange tint: communication under compute
+    "comm_exposed": PHASE_COLORS["allreduce"],
+    "memory": "#CC79A7",  # reddish purple
+    "idle": PHASE_COLORS["idle"],
+}
+DEVICE_PHASE_LABELS = {"compute": "compute", "comm_hidden": "comm. hidden", "comm_exposed": "comm. exposed",
+                       "memory": "memory", "idle": "idle"}
+
+
 # The timeline's lanes under each rank: regions of the main thread and communication lanes.
 # Okabe-Ito colours the phases leave free, and light tints for waits and user regions; on the
 # communication lanes a collective has its phase's colour and its waiting the idle colour.
@@ -74,12 +88,14 @@ def timeline_fill(present: list[str]) -> list:
     ]
 
 
-def phase_fill(present: list[str] | None = None) -> list:
+def phase_fill(present: list[str] | None = None, device: bool = False) -> list:
     """The phase fill scale and its one-row legend; ``present`` limits the legend to the
-    phases that occur (the colours never change)."""
-    breaks = [p for p in PHASE_ORDER if present is None or p in present]
+    phases that occur (the colours never change). ``device``: the devices' phases."""
+    order, colors, labels = ((DEVICE_PHASE_ORDER, DEVICE_PHASE_COLORS, DEVICE_PHASE_LABELS) if device
+                             else (PHASE_ORDER, PHASE_COLORS, PHASE_LABELS))
+    breaks = [p for p in order if present is None or p in present]
     return [
-        scale_fill_manual(values=PHASE_COLORS, breaks=breaks, labels=[PHASE_LABELS[p] for p in breaks],
+        scale_fill_manual(values=colors, breaks=breaks, labels=[labels[p] for p in breaks],
                           name="phase", drop=False),
         guides(fill=guide_legend(nrow=1)),
     ]

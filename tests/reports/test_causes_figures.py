@@ -137,3 +137,21 @@ def test_device_causes_page_stacks_kernel_waiting_by_the_late_rank(tmp_path: Pat
     # the run's pages: the device causes page, and no host causes page (no host idle)
     slugs = [p.slug for p in causes.run_pages(db, "01-run", LABEL)]
     assert "01-run-device-causes" in slugs and "01-run-causes" not in slugs
+
+
+def test_device_steps_page_stacks_each_step_by_device_phase(tmp_path: Path) -> None:
+    from reports import report
+    from tests.kineto_literal import late_kernels
+
+    db = analyze.open(late_kernels(tmp_path / "run"))
+    got = views.device_step_phases(db)
+    assert [(r, s, p, round(ms * 1000)) for r, s, p, ms in got.itertuples(index=False)] == [  # us
+        (0, 0, "comm_exposed", 40), (0, 0, "idle", 60), (0, 1, "comm_exposed", 20), (0, 1, "idle", 80),
+        (1, 0, "comm_exposed", 20), (1, 0, "compute", 50), (1, 0, "idle", 30), (1, 1, "comm_exposed", 60),
+        (1, 1, "idle", 40)]
+    plot = drawn(figures.step_breakdown(got, LABEL, device=True))
+    assert plot.labels.subtitle.startswith("on the devices")
+    _, pages, _ = report.run_pages(db, 1, None, "run")
+    assert "01-run-device-steps" in [p.slug for p in pages]
+    # a run without accelerator streams has no such page
+    assert views.device_step_phases(straggler_run(tmp_path / "cpu")).empty
