@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 import duckdb
+import pandas as pd
 
 from analyze.errors import AnalyzeError
 from analyze.schema import Category
@@ -90,6 +91,24 @@ class StepBins:
     def width(self, start: str) -> str:
         """SQL: how many steps the bin starting at ``start`` holds."""
         return "1" if self.per == 1 else f"least({self.per}, {self.last} - {start} + 1)"
+
+    def sums(self, con: duckdb.DuckDBPyConnection, source: str, keys: list[str], ns: str) -> pd.DataFrame:
+        """step (a bin's first step), ``keys``, ms: ``source``'s ``ns`` column summed per bin
+        and key, as the mean per step of each bin."""
+        cols = ", ".join(keys)
+        return con.execute(f"""SELECT b AS step, {cols}, sum({ns}) / 1e6 / {self.width('b')} AS ms
+                               FROM (SELECT {self.start()} AS b, {cols}, {ns} FROM {source})
+                               GROUP BY b, {cols}""").df()
+
+
+def top_and_rest(per_step: pd.DataFrame, labels: list[str], keep: list[str], rest: str) -> pd.DataFrame:
+    """step, cause, ms of a per-step figure: ``per_step``'s rows (step, ms) under their
+    ``labels``, those not in ``keep`` as ``rest``; cause a categorical in the order of
+    ``keep``, then ``rest`` where it occurs."""
+    out = per_step.assign(cause=[lab if lab in keep else rest for lab in labels])
+    out = out.groupby(["step", "cause"], as_index=False)["ms"].sum()
+    out["cause"] = pd.Categorical(out["cause"], categories=keep + ([rest] if rest in set(out["cause"]) else []))
+    return out
 
 
 MAX_RANK_PANELS = 16  # panels of a per-rank figure before consecutive ranks are grouped

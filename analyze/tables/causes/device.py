@@ -25,9 +25,9 @@ import pandas as pd
 
 from analyze.tables.causes.region_time import NO_REGION, NO_REGION_NAME, region_times
 from analyze.tables.device_phases import COMM, device_activity
-from analyze.tables.steps import StepBins
+from analyze.tables.steps import StepBins, top_and_rest
 
-LATE_START, DEVICE_QUEUE, UNKNOWN = "late_start", "device_queue", "unknown"
+LATE_START, REGION, DEVICE_QUEUE, UNKNOWN = "late_start", "region", "device_queue", "unknown"
 
 
 # The collective kernels matched across ranks (dc), each with the host step it starts in, its
@@ -160,17 +160,13 @@ def device_wait_steps(con: duckdb.DuckDBPyConnection, top: int = 5, bins: StepBi
     if inst.empty:
         return pd.DataFrame({"step": [], "cause": [], "ms": []})
     order = inst.groupby("cause_rank")["wait_ns"].sum().sort_values(ascending=False, kind="stable")
-    keep = [f"rank {r}" for r in order.index[:top]]
-    bins = bins or StepBins(0, 0, 1)
-    step = inst["step"].to_numpy(np.int64)
-    first = bins.first + (step - bins.first) // bins.per * bins.per
-    width = np.minimum(bins.per, bins.last - first + 1) if bins.per > 1 else np.ones(len(step), np.int64)
-    cause = [f"rank {r}" if f"rank {r}" in keep else "other ranks" for r in inst["cause_rank"]]
-    df = pd.DataFrame({"step": first, "cause": cause, "ms": inst["wait_ns"].to_numpy() / 1e6 / width})
-    out = df.groupby(["step", "cause"], as_index=False)["ms"].sum()
-    levels = keep + (["other ranks"] if "other ranks" in set(out["cause"]) else [])
-    out["cause"] = pd.Categorical(out["cause"], categories=levels)
-    return out
+    con.register("device_wait_rows", inst)
+    try:
+        df = (bins or StepBins(0, 0, 1)).sums(con, "device_wait_rows", ["cause_rank"], "wait_ns")
+    finally:
+        con.unregister("device_wait_rows")
+    return top_and_rest(df, [f"rank {r}" for r in df["cause_rank"]], [f"rank {r}" for r in order.index[:top]],
+                        "other ranks")
 
 
 def device_wait_causes(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
@@ -208,7 +204,7 @@ def device_wait_causes(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                     for side in ("c", "w")}
         regions = per_side["c"].merge(per_side["w"], on=["pair", "region"], how="outer", suffixes=("_c", "_w"))
         regions = regions.fillna({"ns_c": 0, "ns_w": 0})
-        parts.append(regions.assign(kind="region", ns=regions["ns_c"] - regions["ns_w"])[["pair", "kind", "region", "ns"]])
+        parts.append(regions.assign(kind=REGION, ns=regions["ns_c"] - regions["ns_w"])[["pair", "kind", "region", "ns"]])
         parts.append(ok[["pair"]].assign(kind=LATE_START, region=-3, ns=ok["c_start"] - ok["w_start"]))
         parts.append(ok[["pair"]].assign(kind=DEVICE_QUEUE, region=-3,
                                          ns=(ok["c_enter"] - ok["c_launch"]) - (ok["w_enter"] - ok["w_launch"])))
@@ -221,7 +217,7 @@ def device_wait_causes(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     out = terms.groupby(["cause_rank", "kind", "region"], as_index=False)["wait"].sum()
     names = dict(con.execute("SELECT region_id, name FROM regions").fetchall())
     names[NO_REGION] = NO_REGION_NAME
-    out["region"] = [names.get(int(r), "") if k == "region" else "" for k, r in zip(out["kind"], out["region"], strict=True)]
+    out["region"] = [names.get(int(r), "") if k == REGION else "" for k, r in zip(out["kind"], out["region"], strict=True)]
     return pd.DataFrame({"cause_rank": out["cause_rank"].astype(int), "kind": out["kind"], "region": out["region"],
                          "ms": out["wait"] / 1e6}).sort_values(["ms", "cause_rank"], ascending=[False, True],
                                                                ignore_index=True)

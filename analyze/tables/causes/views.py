@@ -10,9 +10,15 @@ import duckdb
 import pandas as pd
 
 from analyze.schema import CauseKind, DevicePhase
-from analyze.tables.causes.device import device_wait_causes, device_waits
+from analyze.tables.causes.device import (
+    DEVICE_QUEUE,
+    LATE_START,
+    REGION,
+    device_wait_causes,
+    device_waits,
+)
 from analyze.tables.names import short_name
-from analyze.tables.steps import RankGroups, StepBins, rank_group_sql
+from analyze.tables.steps import RankGroups, StepBins, rank_group_sql, top_and_rest
 
 
 def step_ranges(steps: list[int], most: int = 4) -> str:
@@ -161,20 +167,12 @@ def cause_steps(con: duckdb.DuckDBPyConnection, top: int = 5, bins: StepBins | N
     totals = con.execute("""SELECT cause_rank, cause_kind, cause_region FROM delay_totals
                             ORDER BY idle_ns DESC, cause_rank, cause_region LIMIT $n""", {"n": top}).fetchall()
     keep = [cause_label(*t) for t in totals]
-    bins = bins or StepBins(0, 0, 1)
-    df = con.execute(f"""SELECT b AS step, cause_rank, cause_kind, cause_region,
-                               sum(idle_ns) / 1e6 / {bins.width('b')} AS ms
-                        FROM (SELECT {bins.start()} AS b, cause_rank, cause_kind, cause_region, idle_ns FROM delays)
-                        GROUP BY b, cause_rank, cause_kind, cause_region""").df()
+    df = (bins or StepBins(0, 0, 1)).sums(con, "delays", ["cause_rank", "cause_kind", "cause_region"], "idle_ns")
     if df.empty:
         return pd.DataFrame({"step": [], "cause": [], "ms": []})
     labels = [cause_label(r, k, g) for r, k, g in zip(df["cause_rank"], df["cause_kind"], df["cause_region"],
                                                       strict=True)]
-    df["cause"] = [lab if lab in keep else "other causes" for lab in labels]
-    out = df.groupby(["step", "cause"], as_index=False)["ms"].sum()
-    order = keep + (["other causes"] if "other causes" in set(out["cause"]) else [])
-    out["cause"] = pd.Categorical(out["cause"], categories=order)
-    return out
+    return top_and_rest(df, labels, keep, "other causes")
 
 
 def path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -194,11 +192,11 @@ def path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> 
 
 
 def _part(kind: str, region: str) -> str:
-    if kind == "late_start":
+    if kind == LATE_START:
         return "its host step began later"
-    if kind == "region":
+    if kind == REGION:
         return f"its host spent longer in {short_name(region, 60)}"
-    if kind == "device_queue":
+    if kind == DEVICE_QUEUE:
         return "its kernels queued longer on its device"
     return "launches not in the trace"
 
