@@ -57,16 +57,17 @@ def run_label(con: duckdb.DuckDBPyConnection) -> RunLabel:
 
 
 def step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
-                groups: RankGroups | None = None) -> pd.DataFrame:
+                groups: RankGroups | None = None, source: str = "phases") -> pd.DataFrame:
     """rank, step, phase, ms: every step of every rank (with ``bins``, every bin's mean step;
-    with ``groups``, ``rank`` is a group's first rank and ms the mean over its ranks)."""
+    with ``groups``, ``rank`` is a group's first rank and ms the mean over its ranks).
+    ``source``: a table of rank, step, phase, duration_ns (the phases, by default)."""
     bins, groups = bins or StepBins(0, 0, 1), groups or RankGroups(1, 0)
     if bins.per == 1 and groups.per == 1:
-        return con.execute("""
-            SELECT rank, step, phase, duration_ns / 1e6 AS ms FROM phases ORDER BY rank, step, phase
+        return con.execute(f"""
+            SELECT rank, step, phase, duration_ns / 1e6 AS ms FROM {source} ORDER BY rank, step, phase
         """).df()
     return con.execute(f"""
-        WITH p AS (SELECT {groups.start()} AS g, {bins.start()} AS b, rank, phase, duration_ns FROM phases),
+        WITH p AS (SELECT {groups.start()} AS g, {bins.start()} AS b, rank, phase, duration_ns FROM {source}),
         {groups.sizes("p")}
         SELECT g AS rank, b AS step, phase, sum(duration_ns) / 1e6 / {bins.width('b')} / any_value(n.n) AS ms
         FROM p JOIN n USING (g) GROUP BY g, b, phase ORDER BY rank, step, phase
@@ -76,15 +77,9 @@ def step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
 def device_step_phases(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
                        groups: RankGroups | None = None) -> pd.DataFrame:
     """rank, step, phase, ms of the devices' phases (``device_phases``, whatever the host did
-    meanwhile), binned and grouped as :func:`step_phases`; empty without accelerator streams."""
-    bins, groups = bins or StepBins(0, 0, 1), groups or RankGroups(1, 0)
-    return con.execute(f"""
-        WITH d AS (SELECT rank, step, phase, sum(duration_ns) AS duration_ns FROM device_phases GROUP BY ALL),
-        p AS (SELECT {groups.start()} AS g, {bins.start()} AS b, rank, phase, duration_ns FROM d),
-        {groups.sizes("p")}
-        SELECT g AS rank, b AS step, phase, sum(duration_ns) / 1e6 / {bins.width('b')} / any_value(n.n) AS ms
-        FROM p JOIN n USING (g) GROUP BY g, b, phase ORDER BY rank, step, phase
-    """).df()
+    meanwhile), as :func:`step_phases`; empty without accelerator streams."""
+    return step_phases(con, bins, groups, "(SELECT rank, step, phase, sum(duration_ns) AS duration_ns "
+                                          "FROM device_phases GROUP BY ALL)")
 
 
 WARMUP_OUTLIER = 4.0  # a step this many times the typical step, early in the run, is warm-up

@@ -101,7 +101,7 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: 
 def device_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: int | None = None) -> ggplot:
     """On the accelerators: the waiting in collective kernels per step, summed over the ranks
     that waited, coloured by the rank whose kernel started last (:func:`analyze.tables.causes.
-    views.device_wait_steps`); ``lines``: the largest in words."""
+    device.device_wait_steps`); ``lines``: the largest in words."""
     return _cause_bars(per_step, lines, label, per, "waiting in collective kernels per step on the devices,\n"
                        "by the rank whose kernel started last", "waiting, all devices [ms]")
 

@@ -44,10 +44,11 @@ from reports.theme import (
 )
 
 
-def present_phases(phases: pd.Series, amounts: pd.Series | None = None) -> list[str]:
+def present_phases(phases: pd.Series, amounts: pd.Series | None = None,
+                   order: list[str] = PHASE_ORDER) -> list[str]:
     """Phases that occur (with a non-zero amount, when ``amounts`` is given), in legend order."""
     seen = phases.astype(str) if amounts is None else phases[amounts > 0].astype(str)
-    return [p for p in PHASE_ORDER if p in set(seen)]
+    return [p for p in order if p in set(seen)]
 
 
 RASTER_BARS = 5_000  # a timeline with more phase bars draws them as an image
@@ -167,7 +168,6 @@ def step_breakdown(steps: pd.DataFrame, label: RunLabel, per: int | None = None,
     order = DEVICE_PHASE_ORDER if device else PHASE_ORDER
     df, per = per_bar.prepared(steps, ["rank", "phase"], ["ms"], per)
     df = df.assign(phase=pd.Categorical(df["phase"], categories=order[::-1]))
-    present = [p for p in order if p in set(df.loc[df["ms"] > 0, "phase"].astype(str))]
     n_ranks = df["rank"].nunique()
     cols = min(4, n_ranks)
     rows = -(-n_ranks // cols)
@@ -178,7 +178,7 @@ def step_breakdown(steps: pd.DataFrame, label: RunLabel, per: int | None = None,
         + geom_col(width=per_bar.width(per))
         + facet_wrap("rank", labeller=lambda r: groups.panel(int(r)), ncol=cols)  # type: ignore[arg-type]
         + per_bar.axis(df["step"])
-        + phase_fill(present, device)
+        + phase_fill(present_phases(df["phase"], df["ms"], order), device)
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle=f"{what}step 0 is usually warm-up" + per_bar.note(per)
                + groups.note(),
