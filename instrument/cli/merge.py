@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(ns: argparse.Namespace, argv: list[str]) -> int:
     from instrument.launch import runinfo
-    from instrument.launch.job import build_archive
+    from instrument.launch.job import build_archive, counted
     from instrument.tracer import merge
 
     if not ns.run_dir.is_dir():
@@ -33,6 +33,6 @@ def run(ns: argparse.Namespace, argv: list[str]) -> int:
                                         merged=ns.merged)
     except merge.MergeError as e:
         raise UsageError(str(e)) from None
-    print(f"trace written: {archive}  ({len(result.ranks)} ranks, {result.events:,} events)"
+    print(f"trace written: {archive}  ({counted(len(result.ranks), 'rank')}, {result.events:,} events)"
           + ("" if result.complete else "  [incomplete]"))
     return 0

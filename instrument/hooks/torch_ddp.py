@@ -5,6 +5,9 @@ Installed when the training script imports torch. What is recorded and how:
 - forward: global module forward pre/post hooks; only the outermost module call is a region.
 - backward: ``torch.autograd.backward`` (which ``Tensor.backward`` calls) is wrapped.
 - optimizer: global optimizer step pre/post hooks; the outermost step ends the training step.
+  ``Optimizer.__init__`` is wrapped only to tell the recorder that the script has an optimizer:
+  without one (weights updated by hand), a step ends where the next forward pass begins
+  after a backward pass (:mod:`instrument.tracer.recorder`).
 - data loading: each ``DataLoader`` iterator ``__next__``.
 - collectives: the ``torch.distributed`` functions (all_reduce, broadcast, all_gather, ...) are
   wrapped in both ``torch.distributed`` and ``distributed_c10d``, so calls from torch's own
@@ -28,6 +31,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from instrument.tracer import recorder
 from instrument.tracer.recorder import Recorder
 from instrument.tracer.timing import HostTimer
 from traceio import records
@@ -97,6 +101,7 @@ class TorchHooks:
         optim_module.register_optimizer_step_pre_hook(self._opt_pre)
         optim_module.register_optimizer_step_post_hook(self._opt_post)
         torch.autograd.backward = self._wrap_backward(torch.autograd.backward)
+        self._wrap_optimizer_init(optim_module.Optimizer)
         self._wrap_dataloader()
         if self.dist.is_available():
             self._wrap_distributed()
@@ -141,6 +146,21 @@ class TorchHooks:
             t = self.rec.now()
             self.rec.leave(self.r_optimizer, t)
             self.rec.optimizer_done(t)
+
+    def _wrap_optimizer_init(self, cls: Any) -> None:
+        init = cls.__init__
+        if hasattr(init, "__dltrace_wrapped__"):
+            return
+
+        @functools.wraps(init)
+        def traced_init(optimizer: Any, *args: Any, **kwargs: Any) -> None:
+            rec = recorder.current()
+            if rec is not None:
+                rec.optimizer_expected = True
+            init(optimizer, *args, **kwargs)
+
+        traced_init.__dltrace_wrapped__ = init  # type: ignore[attr-defined]
+        cls.__init__ = traced_init
 
     def _wrap_backward(self, backward: Callable[..., Any]) -> Callable[..., Any]:
         rec, rid = self.rec, self.r_backward

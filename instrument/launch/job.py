@@ -510,11 +510,11 @@ def _message(
         lines.append(f"interrupted by {info['interrupted_by']}")
     if archive is not None and result is not None:
         steps = sorted({s.steps for s in result.ranks})
-        step_text = f"{steps[0]} steps" if len(steps) == 1 else "steps " + "/".join(
+        step_text = counted(steps[0], "step") if len(steps) == 1 else "steps " + "/".join(
             str(s.steps) for s in result.ranks)
         flag = "" if info["complete"] else "  [incomplete: see run.json]"
         lines.append(
-            f"trace written: {_display(archive)}  ({len(result.ranks)} ranks, {step_text}, "
+            f"trace written: {_display(archive)}  ({counted(len(result.ranks), 'rank')}, {step_text}, "
             f"{result.events:,} events){flag}"
         )
     elif config.tracer == "none":
@@ -532,3 +532,8 @@ def _display(path: Path) -> str:
         return str(path.relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 rank``, ``2 ranks``."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")

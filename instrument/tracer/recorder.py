@@ -12,6 +12,10 @@ regions). It also owns the training-step structure, so both backends produce the
   closes as soon as that region does, so regions always nest.
 - A step still open at the end that never reached an optimizer step (evaluation, shutdown)
   is reported as discarded and written as ``dltrace.tail``.
+- Loops that update the weights by hand (no optimizer was ever made, no :func:`end_step`
+  marker was called): a step that has run a backward pass ends where the next forward pass
+  or data-loader batch begins, so the hand-written update stays in the step. The last such
+  step ends with the last region it contains, and is kept.
 
 Subclasses implement the ``_emit_*`` methods.
 """
@@ -25,6 +29,9 @@ from contextlib import contextmanager
 from instrument.tracer.clock import Clock, HostClock
 from traceio import records
 from traceio.records import Op, Role
+
+# Where the next step of a loop without an optimizer begins (see the module docstring).
+_NEXT_STEP_STARTS = frozenset({records.FORWARD, records.DATALOADER})
 
 
 class Recorder:
@@ -46,6 +53,11 @@ class Recorder:
         self._step_open = False
         self._step_saw_optimizer = False
         self._step_close_pending = False
+        # Steps of loops without an optimizer (see the module docstring).
+        self.optimizer_expected = False  # set by hooks when an optimizer object is made
+        self._optimizer_seen = False
+        self._step_saw_backward = False
+        self._last_child_leave = 0
         self.steps_opened = 0
         self.steps_discarded = 0
         self._defs_changed = True
@@ -136,9 +148,13 @@ class Recorder:
         if t is None:
             t = self.now()
         stack = self._stacks[loc]
+        if loc == 0 and self._step_open and self._by_backward() and len(stack) == 1 \
+                and self.region_defs[rid]["name"] in _NEXT_STEP_STARTS:
+            self._close_step(t)
         if loc == 0 and not self._step_open and rid != self._step and self._opens_step(rid):
             self._step_open = True
             self._step_saw_optimizer = False
+            self._step_saw_backward = False
             self._step_close_pending = False
             self.steps_opened += 1
             stack.append(self._step)
@@ -161,6 +177,10 @@ class Recorder:
                 self._step_open = False
             if top == rid:
                 break
+        if loc == 0 and self._step_open and len(stack) == 1:
+            self._last_child_leave = t
+            if self.region_defs[rid]["name"] == records.BACKWARD:
+                self._step_saw_backward = True
         if loc == 0 and self._step_close_pending and stack and stack[-1] == self._step:
             self._close_step(t)
 
@@ -188,6 +208,7 @@ class Recorder:
     def optimizer_done(self, t: int | None = None) -> None:
         """The outermost optimizer step returned: the current step ends (now or when its
         inner regions close)."""
+        self._optimizer_seen = True
         if not self._step_open:
             return
         self._step_saw_optimizer = True
@@ -203,8 +224,16 @@ class Recorder:
         self._step_open = False
         self._emit_leave(0, self._step, t)
 
+    def _by_backward(self) -> bool:
+        """Whether the open step is one of a loop without an optimizer that ran its backward."""
+        return self._step_saw_backward and not (self.optimizer_expected or self._optimizer_seen)
+
     def end_steps(self, t: int | None = None) -> None:
-        """At shutdown: a step that never reached an optimizer step is discarded."""
+        """At shutdown: a step that never reached an optimizer step is discarded, unless it is
+        a complete step of a loop without an optimizer (it then ends with its last region)."""
+        if self._step_open and self._by_backward() and self._stacks[0] == [self._step]:
+            self._close_step(self._last_child_leave)
+            return
         if self._step_open and not self._step_saw_optimizer:
             self.steps_discarded += 1
             self._emit_step_discard(self.steps_opened - 1, self.now() if t is None else t)

@@ -26,15 +26,18 @@ class Log(Recorder):
     def __init__(self) -> None:
         super().__init__(FakeClock())
         self.log: list[tuple] = []
+        self.times: list[int] = []  # of each enter and leave, in order
 
     def name(self, rid: int) -> str:
         return self.region_defs[rid]["name"]
 
     def _emit_enter(self, loc: int, rid: int, t: int) -> None:
         self.log.append(("enter", loc, self.name(rid)))
+        self.times.append(t)
 
     def _emit_leave(self, loc: int, rid: int, t: int) -> None:
         self.log.append(("leave", loc, self.name(rid)))
+        self.times.append(t)
 
     def _emit_coll_end(self, loc, t, comm, op, root, sent, recv) -> None:  # type: ignore[no-untyped-def]
         self.log.append(("coll", loc, op, sent))
@@ -85,6 +88,65 @@ def test_trailing_activity_without_optimizer_is_discarded() -> None:
     rec.leave(fwd)
     rec.end_steps()
     assert ("discard", 0) in rec.log
+
+
+def hand_updated_loop(rec: Log, steps: int, evaluate: int = 0) -> None:
+    """A loop that updates the weights itself (pytorch/examples' regression): forward,
+    backward, an untraced update; then ``evaluate`` forward passes without a backward."""
+    fwd, bwd = rec.region_id(records.FORWARD), rec.region_id(records.BACKWARD)
+    for _ in range(steps):
+        rec.enter(fwd)
+        rec.leave(fwd)
+        rec.enter(bwd)
+        rec.leave(bwd)
+        rec.now()  # the update by hand takes time
+    for _ in range(evaluate):
+        rec.enter(fwd)
+        rec.leave(fwd)
+
+
+def test_without_an_optimizer_a_step_ends_where_the_next_forward_begins() -> None:
+    rec = Log()
+    hand_updated_loop(rec, 3)
+    rec.end_steps()
+    step = ["enter:dltrace.step", "enter:dltrace.forward", "leave:dltrace.forward",
+            "enter:dltrace.backward", "leave:dltrace.backward", "leave:dltrace.step"]
+    assert names(rec.log) == step * 3
+    assert rec.steps_opened == 3 and rec.steps_discarded == 0
+    t = {(e[0], e[2], i // 6): t for i, (e, t) in enumerate(zip(rec.log, rec.times, strict=True))}
+    # a step ends when the next forward begins (the update stays in the step) ...
+    assert t[("leave", "dltrace.step", 0)] == t[("enter", "dltrace.forward", 1)]
+    assert t[("leave", "dltrace.step", 0)] > t[("leave", "dltrace.backward", 0)]
+    # ... and the last one with its backward, not at shutdown
+    assert t[("leave", "dltrace.step", 2)] == t[("leave", "dltrace.backward", 2)]
+
+
+def test_without_an_optimizer_evaluation_after_the_last_backward_is_the_tail() -> None:
+    rec = Log()
+    hand_updated_loop(rec, 2, evaluate=3)
+    rec.end_steps()
+    assert rec.steps_opened == 3 and ("discard", 2) in rec.log
+
+
+def test_a_script_with_an_optimizer_keeps_micro_batches_in_one_step() -> None:
+    rec = Log()
+    rec.optimizer_expected = True  # the torch hooks saw an optimizer being made
+    hand_updated_loop(rec, 4)  # gradient accumulation over 4 micro-batches
+    opt = rec.region_id(records.OPTIMIZER)
+    rec.enter(opt)
+    rec.leave(opt)
+    rec.optimizer_done()
+    assert rec.steps_opened == 1
+    assert names(rec.log).count("enter:dltrace.forward") == 4
+
+
+def test_an_end_step_marker_turns_the_fallback_off() -> None:
+    rec = Log()
+    hand_updated_loop(rec, 1)
+    rec.optimizer_done()  # what instrument.tracer.markers.end_step calls
+    hand_updated_loop(rec, 3)
+    rec.optimizer_done()
+    assert rec.steps_opened == 2
 
 
 def test_leave_unwinds_regions_left_open_by_an_exception() -> None:
