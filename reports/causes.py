@@ -222,10 +222,11 @@ def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: S
     per_step = cause_views.cause_steps(con, bins=bins)
     if len(per_step) and per_step["ms"].sum() > 0:
         pages.append(Page(f"{tag}-causes", root_causes(per_step, cause_views.delay_lines(con, 2), label, bins.per)))
-    device = device_waits.device_wait_steps(con, bins=bins)
+    inst = device_waits.device_wait_instances(con)
+    device = device_waits.device_wait_steps(con, bins=bins, inst=inst)
     if len(device) and device["ms"].sum() > 0:
-        pages.append(Page(f"{tag}-device-causes", device_causes(device, cause_views.device_wait_lines(con, 1, parts=1), label,
-                                                                bins.per)))
+        lines = cause_views.device_wait_lines(con, 1, parts=1, inst=inst)
+        pages.append(Page(f"{tag}-device-causes", device_causes(device, lines, label, bins.per)))
     per_rank, balance = cause_views.path_steps(con, bins)
     if label.ranks > 1 and len(balance):
         pages.append(Page(f"{tag}-critical-path", critical_path(per_rank, balance, label, per=bins.per)))

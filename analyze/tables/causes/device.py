@@ -124,14 +124,15 @@ def device_wait_instances(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return inst.assign(before_ns=before, busy_ns=np.minimum(busy, before))[columns]
 
 
-def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+def device_waits(con: duckdb.DuckDBPyConnection, inst: pd.DataFrame | None = None) -> pd.DataFrame:
     """Who made the accelerators wait (:func:`device_wait_instances`), per cause rank, largest
     first: the ``instances`` it was last in, the summed wait of the others (ms) and its
     ``share`` of all, the most ranks that waited, its steps, the stretches before its kernels
     (``before_ms``) split into ``busy_ms`` and ``idle_ms``, and the fewest ranks of its
     collectives' groups in the trace (``traced``) against the largest group (``group_size``):
-    a trace of some ranks only cannot see a later rank it lacks."""
-    inst = device_wait_instances(con)
+    a trace of some ranks only cannot see a later rank it lacks. ``inst``: the instances, if
+    already computed."""
+    inst = device_wait_instances(con) if inst is None else inst
     columns = ["cause_rank", "instances", "wait_ms", "waiting_ranks", "steps", "before_ms", "busy_ms",
                "idle_ms", "share", "traced", "group_size"]
     if inst.empty:
@@ -152,11 +153,12 @@ def device_waits(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     }).sort_values(["wait_ms", "cause_rank"], ascending=[False, True], ignore_index=True)
 
 
-def device_wait_steps(con: duckdb.DuckDBPyConnection, top: int = 5, bins: StepBins | None = None) -> pd.DataFrame:
+def device_wait_steps(con: duckdb.DuckDBPyConnection, top: int = 5, bins: StepBins | None = None,
+                      inst: pd.DataFrame | None = None) -> pd.DataFrame:
     """step, cause ("rank N"; ranks past the ``top`` largest are "other ranks"), ms: the waiting
     in collective kernels per step, summed over the ranks that waited, by the rank whose kernel
     started last (with ``bins``, per mean step of each bin, as :func:`cause_steps`)."""
-    inst = device_wait_instances(con)
+    inst = device_wait_instances(con) if inst is None else inst
     if inst.empty:
         return pd.DataFrame({"step": [], "cause": [], "ms": []})
     order = inst.groupby("cause_rank")["wait_ns"].sum().sort_values(ascending=False, kind="stable")

@@ -201,12 +201,13 @@ def _part(kind: str, region: str) -> str:
     return "launches not in the trace"
 
 
-def device_wait_lines(con: duckdb.DuckDBPyConnection, limit: int = 10, parts: int = 2) -> list[str]:
-    """One sentence per cause rank of :func:`device_waits`, largest first, with the ``parts``
-    largest reasons of :func:`device_wait_causes`."""
+def device_wait_lines(con: duckdb.DuckDBPyConnection, limit: int = 10, parts: int = 2,
+                      inst: pd.DataFrame | None = None) -> list[str]:
+    """One sentence per cause rank of :func:`device_waits` (over ``inst``, if already
+    computed), largest first, with the ``parts`` largest reasons of :func:`device_wait_causes`."""
     why = device_wait_causes(con)
     out = []
-    for r in device_waits(con).head(limit).itertuples():
+    for r in device_waits(con, inst).head(limit).itertuples():
         mine = why[why["cause_rank"] == r.cause_rank].head(parts)
         reasons = " and ".join(f"{_part(k, g)} ({ms(v * 1e6)} of it)"
                                for k, g, v in zip(mine["kind"], mine["region"], mine["ms"], strict=True))
