@@ -110,12 +110,14 @@ def steady_steps(con: duckdb.DuckDBPyConnection) -> tuple[int, int]:
     return warmup_end(np.asarray(durations, dtype=np.float64)), len(durations)
 
 
-def breakdown(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    """One row per phase: mean ms per step over steady-state steps and all ranks."""
+def breakdown(con: duckdb.DuckDBPyConnection, device: bool = False) -> pd.DataFrame:
+    """One row per phase: mean ms per step over steady-state steps and all ranks. ``device``:
+    of the devices' phases (``device_phases``; over the ranks with accelerator streams, and
+    empty without them)."""
     a, b = steady_steps(con)
-    df = con.execute("""
+    df = con.execute(f"""
         SELECT phase, sum(duration_ns) / 1e6 / count(DISTINCT (rank, step)) AS ms
-        FROM phases WHERE step >= $a AND step < $b GROUP BY phase
+        FROM {'device_phases' if device else 'phases'} WHERE step >= $a AND step < $b GROUP BY phase
     """, {"a": a, "b": b}).df()
     df["steps"] = f"{a}-{b - 1}" if b > a else ""
     return df

@@ -33,6 +33,7 @@ from analyze.views import RunLabel, Timeline
 from reports import steps as per_bar
 from reports.theme import (
     BASE_SIZE,
+    BOTH_PHASE_ORDER,
     DEVICE_PHASE_ORDER,
     HEIGHT_IN,
     PHASE_COLORS,
@@ -192,11 +193,16 @@ def bottleneck(runs: pd.DataFrame) -> ggplot:
     """One bar per run: mean steady-state step time split by phase, runs side by side.
 
     ``runs``: run (a label, several lines allowed), phase, ms; runs keep their order of first
-    appearance, top to bottom.
+    appearance, top to bottom. With a ``side`` column, a run with rows of both sides
+    (``hosts``, and ``accelerators`` for GPU traces: the devices' phases) gets a bar for each.
     """
+    sides = runs["side"] if "side" in runs else pd.Series("hosts", index=runs.index)
+    both = runs["run"].where(sides == "accelerators").dropna().unique()
+    runs = runs.assign(run=np.where(runs["run"].isin(both), runs["run"] + "\n" + sides, runs["run"]))
     order = list(dict.fromkeys(runs["run"]))
+    phase_order = BOTH_PHASE_ORDER if len(both) else PHASE_ORDER
     df = runs.assign(run=pd.Categorical(runs["run"], categories=order[::-1]),
-                     phase=pd.Categorical(runs["phase"], categories=PHASE_ORDER[::-1]))
+                     phase=pd.Categorical(runs["phase"], categories=phase_order[::-1]))
     totals = df.groupby("run", observed=True)["ms"].sum().reset_index()
     totals["text"] = totals["ms"].map(lambda v: f" {v:.1f} ms")
     height = max(2.6, 1.6 + 0.6 * len(order))
@@ -206,10 +212,11 @@ def bottleneck(runs: pd.DataFrame) -> ggplot:
         + geom_text(totals, aes("run", "ms", label="text"), inherit_aes=False, ha="left",
                     size=BASE_SIZE - 2)
         + coord_flip()
-        + phase_fill(present_phases(df["phase"], df["ms"]))
+        + phase_fill(present_phases(df["phase"], df["ms"], phase_order), both=len(both) > 0)
         + scale_y_continuous(expand=(0, 0, 0.28, 0))
         + labs(title="Where a training step's time goes",
-               subtitle="mean over steady-state steps and ranks",
+               subtitle="mean over steady-state steps and ranks"
+               + ("; hosts and accelerators" if len(both) else ""),
                y="time per step [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, height), axis_title_y=element_blank(),

@@ -110,8 +110,9 @@ def build_report(
         with duckdb.connect(str(paths.db), read_only=True, config=database.read_config()) as con, \
                 database.held(con, STEPS.name):
             label, mine, tl = run_pages(con, i, steps, str(run))
-            per_phase = views.breakdown(con)
-        comparison.append(per_phase.assign(run=label.short()))
+            per_phase = views.breakdown(con).assign(side="hosts")
+            device = views.breakdown(con, device=True).assign(side="accelerators")
+        comparison += [per_phase.assign(run=label.short())] + ([device.assign(run=label.short())] if len(device) else [])
         pages += mine
         if tl is not None and tl.note:
             notes.append(f"{label.name}: {tl.note}")

@@ -88,16 +88,25 @@ def timeline_fill(present: list[str]) -> list:
     ]
 
 
-def phase_fill(present: list[str] | None = None, device: bool = False) -> list:
+# Hosts' and devices' phases in one figure: they share compute and idle (the same colours).
+BOTH_PHASE_ORDER = PHASE_ORDER + [p for p in DEVICE_PHASE_ORDER if p not in PHASE_ORDER]
+
+
+def phase_fill(present: list[str] | None = None, device: bool = False, both: bool = False) -> list:
     """The phase fill scale and its one-row legend; ``present`` limits the legend to the
-    phases that occur (the colours never change). ``device``: the devices' phases."""
-    order, colors, labels = ((DEVICE_PHASE_ORDER, DEVICE_PHASE_COLORS, DEVICE_PHASE_LABELS) if device
-                             else (PHASE_ORDER, PHASE_COLORS, PHASE_LABELS))
+    phases that occur (the colours never change). ``device``: the devices' phases; ``both``:
+    the hosts' and the devices' (idle is then just "idle": a device's idle is not a wait)."""
+    if both:
+        order, colors = BOTH_PHASE_ORDER, {**DEVICE_PHASE_COLORS, **PHASE_COLORS}
+        labels = {**PHASE_LABELS, **DEVICE_PHASE_LABELS}
+    else:
+        order, colors, labels = ((DEVICE_PHASE_ORDER, DEVICE_PHASE_COLORS, DEVICE_PHASE_LABELS) if device
+                                 else (PHASE_ORDER, PHASE_COLORS, PHASE_LABELS))
     breaks = [p for p in order if present is None or p in present]
     return [
         scale_fill_manual(values=colors, breaks=breaks, labels=[labels[p] for p in breaks],
                           name="phase", drop=False),
-        guides(fill=guide_legend(nrow=1)),
+        guides(fill=guide_legend(nrow=2 if both and len(breaks) > 3 else 1)),
     ]
 
 

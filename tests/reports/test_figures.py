@@ -16,7 +16,7 @@ from analyze.schema import TABLES
 from analyze.views import RunLabel, Timeline
 from reports import figures, report
 from reports.page import Page
-from reports.theme import PHASE_COLORS, PHASE_LABELS
+from reports.theme import DEVICE_PHASE_COLORS, DEVICE_PHASE_LABELS, PHASE_COLORS, PHASE_LABELS
 
 matplotlib.use("Agg")
 LABEL = RunLabel("bs64 'α'", "pytorch-ddp", 2, {"batch_size": 64})
@@ -109,6 +109,22 @@ def test_bottleneck_has_one_bar_per_run_split_by_phase() -> None:
                           (1.0, 8.0, PHASE_COLORS["compute"]), (1.0, 3.0, PHASE_COLORS["allreduce"])])
     assert sorted(totals.data["label"].str.strip()) == ["11.0 ms", "12.0 ms"]
     assert plot.labels.x == "time per step [ms]"  # horizontal after coord_flip
+
+
+def test_bottleneck_gives_gpu_runs_a_bar_for_the_accelerators_too() -> None:
+    runs = pd.DataFrame({"run": ["gpu"] * 4 + ["cpu"],
+                         "side": ["hosts", "hosts", "accelerators", "accelerators", "hosts"],
+                         "phase": ["compute", "idle", "compute", "comm_exposed", "compute"],
+                         "ms": [9.0, 1.0, 4.0, 6.0, 7.0]})
+    plot = drawn(figures.bottleneck(runs))
+    bars, totals = plot.layers
+    # top to bottom: the GPU run's hosts, its accelerators, the CPU run (no second bar)
+    got = sorted(zip(bars.data["x"], (bars.data["ymax"] - bars.data["ymin"]), bars.data["fill"], strict=True))
+    assert got == sorted([(3.0, 9.0, PHASE_COLORS["compute"]), (3.0, 1.0, PHASE_COLORS["idle"]),
+                          (2.0, 4.0, PHASE_COLORS["compute"]), (2.0, 6.0, DEVICE_PHASE_COLORS["comm_exposed"]),
+                          (1.0, 7.0, PHASE_COLORS["compute"])])
+    assert list(plot.data["run"].cat.categories[::-1]) == ["gpu\nhosts", "gpu\naccelerators", "cpu"]
+    assert legend_labels(plot) == ["compute", "idle", DEVICE_PHASE_LABELS["comm_exposed"]]
 
 
 def test_collective_waits_marks_the_straggler() -> None:
