@@ -7,7 +7,7 @@ beside our tracer (:mod:`instrument.hooks.device_activity`). The rules, from the
 themselves (tests/fixtures/kineto/README.md has real examples):
 
 - Tracks: GPU activity (``cat`` ``kernel`` or ``gpu_*``: ``gpu_memcpy``, ``gpu_memset``,
-  ``gpu_user_annotation``; also ``cuda_sync``) sits on ``pid`` = device index, ``tid`` = stream
+  ``gpu_user_annotation``; also ``cuda_sync``; MTIA's ``mtia_ccp_events``) sits on ``pid`` = device index, ``tid`` = stream
   (-1: the device itself): an accelerator stream. Tracks with an integer ``pid`` >= 0 are CPU threads; the rest (``pid`` "Spans",
   Kineto's own ``overhead`` on ``pid`` -1) are timelines.
 - The main thread holds the ``ProfilerStep#N`` annotations (or our ``dltrace.step`` markers, in
@@ -49,6 +49,11 @@ STEP_NAME = re.compile(r"ProfilerStep#\d+|dltrace\.step")
 FLOW_CATS = ("ac2g", "async_cpu_to_gpu", "async_gpu", "async")
 MEMORY_CATS = ("gpu_memcpy", "gpu_memset", "memcpy", "memset")
 KERNEL_CAT = "kernel"
+# Meta's MTIA accelerators: one category for the device's kernels, its DMA transfers
+# (``dma_request``: memory, as HTA counts them) and its stream events (``event_record``,
+# ``event_wait``: synchronization records, not activity, as CUDA's ``cuda_sync``)
+MTIA_CAT = "mtia_ccp_events"
+MTIA_EVENTS = ("event_record", "event_wait")
 
 # torch's dtype names as Kineto writes them (ScalarType names) -> bytes per element
 DTYPE_BYTES = {
@@ -89,17 +94,19 @@ def _cat(s: Slice) -> str:
 def is_device(s: Slice) -> bool:
     """An event on the GPU's timeline: kernels, memory copies and sets, GPU-side annotations,
     and CUDA's synchronization records (``cuda_sync``: Stream Sync, Event Sync, Context Sync,
-    on the stream or on ``tid`` -1 of the device; they are not activity)."""
+    on the stream or on ``tid`` -1 of the device; they are not activity); MTIA's events alike."""
     c = _cat(s)
-    return c == KERNEL_CAT or c.startswith("gpu_") or c in ("memcpy", "memset", "cuda_sync")
+    return c == KERNEL_CAT or c.startswith("gpu_") or c in ("memcpy", "memset", "cuda_sync", MTIA_CAT)
 
 
 def is_kernel(s: Slice) -> bool:
-    return _cat(s) == KERNEL_CAT
+    c = _cat(s)
+    return c == KERNEL_CAT or (c == MTIA_CAT and not s.name.startswith("dma") and s.name not in MTIA_EVENTS)
 
 
 def is_memory(s: Slice) -> bool:
-    return _cat(s) in MEMORY_CATS
+    c = _cat(s)
+    return c in MEMORY_CATS or (c == MTIA_CAT and s.name.startswith("dma"))
 
 
 def is_collective_kernel(s: Slice) -> bool:

@@ -49,6 +49,7 @@ KINETO_NAMES = (
     (re.compile(r"enumerate\(DataLoader\)#.*"), Category.DATALOADER),
     (re.compile(r"Optimizer\.step#.*"), Category.OPTIMIZER),
     (re.compile(r"(cuda|hip)(Device|Stream|Event)Synchronize"), Category.WAIT),
+    (re.compile(r"synchronize(Stream|Device|Event)?"), Category.WAIT),  # MTIA's runtime (mtia_runtime)
 )
 
 

@@ -365,7 +365,7 @@ def test_mi300_bytes_per_collective_and_ranks_from_file_order(kineto_db: Callabl
 
 # -- Holistic Trace Analysis's temporal breakdown, recomputed from our tables ----------------
 HTA_COMM = re.compile(r"^nccl.*Kernel")
-HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)")
+HTA_NOT_COMPUTE = re.compile(r"(^nccl.*Kernel)|(.*(Memcpy)|(Memset))|(.*Sync)|(^dma)")
 
 
 def hta_like(con: duckdb.DuckDBPyConnection) -> dict[int, tuple[int, int, int, int]]:
@@ -422,6 +422,26 @@ def test_device_breakdown_is_htas_where_its_definitions_agree(kineto_db: Callabl
     ours = {int(r.rank): (r.idle_ns // US, r.compute_ns // US, r.non_compute_ns // US, r.span_ns // US)
             for r in b.itertuples()}
     assert ours == hta_oracle("param_dlrm_v100_8rank")
+
+
+def test_mtia_kernels_transfers_and_stream_events(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
+    """MTIA (hta_mtia_inference, README): its one category holds kernels, DMA transfers and
+    stream events. Raw JSON (json.load): 1,313 mtia_ccp_events on 12 tracks of pid 17, 877
+    dma_request, 291 event_record, 48 event_wait (352,569.592 us), 97 others."""
+    con = kineto_db("hta_mtia_inference")
+    assert con.execute("""SELECT count(*), count(DISTINCT location_id) FROM chrome_events e
+                          JOIN locations l USING (location_id)
+                          WHERE e.cat = 'mtia_ccp_events' AND l.kind = 'accelerator_stream'""").fetchone() == (1313, 12)
+    activity = device_activity(con)  # kernels and transfers; the stream events are not activity
+    assert (int((activity.kind == 0).sum()), int((activity.kind == 2).sum()), len(activity)) == (97, 877, 974)
+    # every event kept to the nanosecond: HTA's rules on our tables give HTA's numbers
+    assert hta_like(con) == hta_oracle("hta_mtia_inference")
+    # ours differ by the 48 event_wait only, which HTA counts as computation
+    ours = device_breakdown(con).iloc[0]
+    idle, compute, non_compute, span = hta_oracle("hta_mtia_inference")[0]
+    assert ours.idle_ns + ours.compute_ns + ours.non_compute_ns == ours.span_ns
+    assert 0 < compute * US - ours.compute_ns <= 352_569_592 + US
+    assert 0 < span * US - ours.span_ns <= 1_000 * US  # HTA's span takes in the stream events too
 
 
 def test_device_phases_add_up_to_every_step(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
