@@ -15,7 +15,8 @@ regions). It also owns the training-step structure, so both backends produce the
 - Loops that update the weights by hand (no optimizer was ever made, no :func:`end_step`
   marker was called): a step that has run a backward pass ends where the next forward pass
   or data-loader batch begins, so the hand-written update stays in the step. The last such
-  step ends with the last region it contains, and is kept.
+  step ends with the last region it contains (under Score-P, which records only "now", at
+  shutdown), and is kept.
 
 Subclasses implement the ``_emit_*`` methods.
 """
