@@ -31,7 +31,7 @@ from plotnine import (
 
 from analyze.tables.causes import device as device_waits
 from analyze.tables.causes import views as cause_views
-from analyze.tables.names import short_name
+from analyze.tables.names import short_names
 from analyze.tables.steps import RankGroups, StepBins, rank_groups, step_bins
 from analyze.views import RunLabel
 from reports import steps as per_bar
@@ -167,23 +167,28 @@ def diff_page(table: pd.DataFrame, a: str, b: str, top: int = 15) -> Page:
     return Page("diff", diff_plot(table, a, b, top))
 
 
-def _axis_label(kind: str, name: str, width: int = 32) -> str:
+def _axis_labels(kinds: list[str], names: list[str], width: int = 32) -> list[str]:
     """``kind: name`` in at most two lines of ``width`` characters, so that kernels' C++ names
-    leave the plot its width: shortened (:func:`analyze.tables.names.short_name`), broken after an
-    underscore or a space where one comes early enough, the second line cut."""
-    text = f"{kind}: {short_name(name, 2 * width)}"
-    if len(text) <= width:
-        return text
-    cut = text.rfind("_", 0, width) + 1 or text.rfind(" ", 0, width) + 1 or width
-    first, rest = text[:cut].rstrip(), text[cut:].lstrip()
-    return first + "\n" + (rest if len(rest) <= width else rest[: width - 3] + "...")
+    leave the plot its width: shortened apart (:func:`analyze.tables.names.short_names`: the
+    template instances of one kernel keep their arguments), broken after an underscore or a
+    space where one comes early enough."""
+    out = []
+    # room for the kind and for a break before the width (a line rarely breaks much earlier)
+    for kind, short in zip(kinds, short_names(names, 2 * width - len("collective: ") - 8), strict=True):
+        text = f"{kind}: {short}"
+        if len(text) > width:
+            cut = text.rfind("_", 0, width) + 1 or text.rfind(" ", 0, width) + 1 or width
+            first, rest = text[:cut].rstrip(), text[cut:].lstrip()
+            text = first + "\n" + (rest if len(rest) <= width else rest[: width - 3] + "...")
+        out.append(text)
+    return out
 
 
 def diff_plot(table: pd.DataFrame, a: str, b: str, top: int = 15) -> ggplot:
     df = table[table["delta_ms"].abs() > 0].head(top).copy()
-    items = [_axis_label(k, n) for k, n in zip(df["kind"], df["name"], strict=True)]
+    items = _axis_labels(list(df["kind"]), list(df["name"]))
     seen: dict[str, int] = {}
-    for i, item in enumerate(items):  # names that shorten alike stay apart on the axis
+    for i, item in enumerate(items):  # alike after the line break's cut: numbered
         seen[item] = seen.get(item, 0) + 1
         items[i] = item if seen[item] == 1 else f"{item} #{seen[item]}"
     df["item"] = pd.Categorical(items, categories=items[::-1])

@@ -35,7 +35,7 @@ from analyze.errors import AnalyzeError
 from analyze.experiments import compare, scaling
 from analyze.schema import DIFF
 from analyze.tables import database
-from analyze.tables.names import short_name
+from analyze.tables.names import short_names
 
 
 @dataclass
@@ -250,7 +250,7 @@ def text(df: pd.DataFrame, a: Side, b: Side, top: int = 15) -> str:
     for col in ("a_ms", "b_ms", "delta_ms", "ci_low", "ci_high"):
         shown[col] = shown[col].round(3)
     shown["change_pct"] = shown["change_pct"].round(1)
-    shown["name"] = shown["name"].map(short_name)
+    shown["name"] = short_names(list(shown["name"]))
     over = df["over"].iloc[0] if len(df) else "steps"
     head = (f"A: {a.label} ({len(a.runs)} run{'s' if len(a.runs) != 1 else ''})   "
             f"B: {b.label} ({len(b.runs)} run{'s' if len(b.runs) != 1 else ''})\n"

@@ -21,6 +21,7 @@ import ctypes
 import ctypes.util
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 
 _SUFFIX = re.compile(r"(?:\s+\[(?:clone|with|abi:)[^\]]*\])+$")
@@ -122,13 +123,42 @@ def short_name(name: str, width: int = 72) -> str:
         name = demangle(name) or name
     if len(name) <= width:
         return name
-    text = name.removeprefix("void ")
+    text = _collapsed(name.removeprefix("void "), "<(")
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def short_names(names: Sequence[str], width: int = 72) -> list[str]:
+    """:func:`short_name` of each of ``names``, such that different names stay different: where
+    several shorten alike (template instances of one kernel, ``foo<float, 2ul>`` and
+    ``foo<float, 5ul>``), those keep their template arguments and are cut in the middle
+    instead; any still alike are numbered (`` #2``, ...) in order."""
+    out = [short_name(n, width) for n in names]
+    alike: dict[str, set[str]] = {}
+    for name, short in zip(names, out, strict=True):
+        alike.setdefault(short, set()).add(name)
+    for i, name in enumerate(names):
+        if len(alike[out[i]]) > 1:
+            full = demangle(name) or name if name.startswith("_Z") else name
+            out[i] = _cut_middle(_collapsed(full.removeprefix("void "), "("), width)
+    numbers: dict[str, dict[str, int]] = {}  # short -> name -> its number among them
+    for i, name in enumerate(names):
+        seen = numbers.setdefault(out[i], {})
+        k = seen.setdefault(name, len(seen) + 1)
+        if k > 1:
+            out[i] = f"{out[i]} #{k}"
+    return out
+
+
+def _collapsed(text: str, opening: str) -> str:
+    """``text`` with the contents of every outermost bracket that opens with a character of
+    ``opening`` replaced by ``...``; unchanged if those brackets do not balance."""
     out: list[str] = []
     stack: list[str] = []
     for ch in text:
-        if ch in _CLOSE:
-            if not stack:
-                out.append(ch + "...")
+        if not stack and ch in opening:
+            out.append(ch + "...")
+            stack.append(_CLOSE[ch])
+        elif stack and ch in _CLOSE:
             stack.append(_CLOSE[ch])
         elif stack and ch == stack[-1]:
             stack.pop()
@@ -136,6 +166,12 @@ def short_name(name: str, width: int = 72) -> str:
                 out.append(ch)
         elif not stack:
             out.append(ch)
-    if not stack:  # brackets balanced: the collapsed form
-        text = "".join(out)
-    return text if len(text) <= width else text[: width - 3] + "..."
+    return text if stack else "".join(out)
+
+
+def _cut_middle(text: str, width: int) -> str:
+    """``text`` in ``width`` characters: its start and its end, ``...`` between them."""
+    if len(text) <= width:
+        return text
+    head = max(1, (width - 3) // 2)
+    return text[:head] + "..." + text[len(text) - (width - 3 - head):]

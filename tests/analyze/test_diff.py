@@ -159,10 +159,19 @@ def test_long_kernel_names_are_shortened_for_the_table() -> None:
     assert names.short_name("x" * 100, 20) == "x" * 17 + "..."
     # unbalanced brackets: cut as it is
     assert names.short_name("f(" + "a" * 80, 20) == "f(" + "a" * 15 + "..."
-    # names that shorten alike stay apart
-    table = pd.DataFrame({"kind": ["kernel", "kernel"], "name": [name, name.replace("5ul", "6ul")],
+    # names that shorten alike stay apart: the template instances of a kernel keep their
+    # arguments, cut in the middle where too long; names still alike are numbered
+    other = name.replace("5ul", "6ul")
+    assert names.short_names([name, other, "aten::addmm", name]) == [
+        "split_embedding_backward_kernel<float, float, 5ul>(...)",
+        "split_embedding_backward_kernel<float, float, 6ul>(...)", "aten::addmm",
+        "split_embedding_backward_kernel<float, float, 5ul>(...)"]
+    assert names.short_names([name, other], 30) == ["split_embeddi...oat, 5ul>(...)", "split_embeddi...oat, 6ul>(...)"]
+    twin = name.replace("long, float", "int, float")  # the same template arguments
+    assert names.short_names([name, twin], 30) == ["split_embeddi...oat, 5ul>(...)", "split_embeddi...oat, 5ul>(...) #2"]
+    table = pd.DataFrame({"kind": ["kernel", "kernel"], "name": [name, other],
                           "a_ms": [1.0, 2.0], "b_ms": [2.0, 1.0], "delta_ms": [1.0, -1.0], "ci_low": [0.5, -1.5],
                           "ci_high": [1.5, -0.5], "change_pct": [100.0, -50.0], "over": ["steps", "steps"]})
     labels = list(diff_plot(table, "a", "b").data["item"])
-    assert labels == ["kernel: split_embedding_\nbackward_kernel<...>(...)",
-                      "kernel: split_embedding_\nbackward_kernel<...>(...) #2"]
+    assert labels == ["kernel: split_embedding_\nback...oat, float, 5ul>(...)",
+                      "kernel: split_embedding_\nback...oat, float, 6ul>(...)"]
