@@ -55,8 +55,8 @@ class Recorder:
         self._step_saw_optimizer = False
         self._step_close_pending = False
         # Steps of loops without an optimizer (see the module docstring).
-        self.optimizer_expected = False  # set by hooks when an optimizer object is made
-        self._optimizer_seen = False
+        # an optimizer was made (set by hooks) or stepped, or an end_step marker was called
+        self.optimizer_expected = False
         self._step_saw_backward = False
         self._last_child_leave = 0
         self.steps_opened = 0
@@ -149,8 +149,8 @@ class Recorder:
         if t is None:
             t = self.now()
         stack = self._stacks[loc]
-        if loc == 0 and self._step_open and self._by_backward() and len(stack) == 1 \
-                and self.region_defs[rid]["name"] in _NEXT_STEP_STARTS:
+        if loc == 0 and self._step_saw_backward and not self.optimizer_expected and self._step_open \
+                and len(stack) == 1 and self.region_defs[rid]["name"] in _NEXT_STEP_STARTS:
             self._close_step(t)
         if loc == 0 and not self._step_open and rid != self._step and self._opens_step(rid):
             self._step_open = True
@@ -178,7 +178,7 @@ class Recorder:
                 self._step_open = False
             if top == rid:
                 break
-        if loc == 0 and self._step_open and len(stack) == 1:
+        if loc == 0 and not self.optimizer_expected and self._step_open and len(stack) == 1:
             self._last_child_leave = t
             if self.region_defs[rid]["name"] == records.BACKWARD:
                 self._step_saw_backward = True
@@ -209,7 +209,7 @@ class Recorder:
     def optimizer_done(self, t: int | None = None) -> None:
         """The outermost optimizer step returned: the current step ends (now or when its
         inner regions close)."""
-        self._optimizer_seen = True
+        self.optimizer_expected = True
         if not self._step_open:
             return
         self._step_saw_optimizer = True
@@ -225,14 +225,11 @@ class Recorder:
         self._step_open = False
         self._emit_leave(0, self._step, t)
 
-    def _by_backward(self) -> bool:
-        """Whether the open step is one of a loop without an optimizer that ran its backward."""
-        return self._step_saw_backward and not (self.optimizer_expected or self._optimizer_seen)
-
     def end_steps(self, t: int | None = None) -> None:
         """At shutdown: a step that never reached an optimizer step is discarded, unless it is
         a complete step of a loop without an optimizer (it then ends with its last region)."""
-        if self._step_open and self._by_backward() and self._stacks[0] == [self._step]:
+        if self._step_open and self._step_saw_backward and not self.optimizer_expected \
+                and self._stacks[0] == [self._step]:
             self._close_step(self._last_child_leave)
             return
         if self._step_open and not self._step_saw_optimizer:
