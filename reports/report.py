@@ -112,7 +112,9 @@ def build_report(
             label, mine, tl = run_pages(con, i, steps, str(run))
             per_phase = views.breakdown(con).assign(side="hosts")
             device = views.breakdown(con, device=True).assign(side="accelerators")
-        comparison += [per_phase.assign(run=label.short())] + ([device.assign(run=label.short())] if len(device) else [])
+        comparison.append(per_phase.assign(run=label.short()))
+        if len(device):  # GPU traces: their accelerators' bar beside the hosts'
+            comparison.append(device.assign(run=label.short()))
         pages += mine
         if tl is not None and tl.note:
             notes.append(f"{label.name}: {tl.note}")

@@ -119,8 +119,7 @@ def short_name(name: str, width: int = 72) -> str:
     long C++ signature loses its leading ``void`` and the contents of its template arguments
     and parameter lists (``foo<...>(...)``), and what is still too long is cut, ending in
     ``...``. Shorter names are returned as they are."""
-    if name.startswith("_Z"):
-        name = demangle(name) or name
+    name = _demangled(name)
     if len(name) <= width:
         return name
     text = _collapsed(name.removeprefix("void "), "<(")
@@ -138,8 +137,7 @@ def short_names(names: Sequence[str], width: int = 72) -> list[str]:
         alike.setdefault(short, set()).add(name)
     for i, name in enumerate(names):
         if len(alike[out[i]]) > 1:
-            full = demangle(name) or name if name.startswith("_Z") else name
-            out[i] = _cut_middle(_collapsed(full.removeprefix("void "), "("), width)
+            out[i] = _cut_middle(_collapsed(_demangled(name).removeprefix("void "), "("), width)
     numbers: dict[str, dict[str, int]] = {}  # short -> name -> its number among them
     for i, name in enumerate(names):
         seen = numbers.setdefault(out[i], {})
@@ -147,6 +145,11 @@ def short_names(names: Sequence[str], width: int = 72) -> list[str]:
         if k > 1:
             out[i] = f"{out[i]} #{k}"
     return out
+
+
+def _demangled(name: str) -> str:
+    """A mangled C++ symbol (``_Z...``) demangled, any other name as it is."""
+    return (demangle(name) or name) if name.startswith("_Z") else name
 
 
 def _collapsed(text: str, opening: str) -> str:
