@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 
 # glibc's malloc.h
 M_TRIM_THRESHOLD = -1
@@ -38,6 +39,8 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
 SETTINGS = ((M_ARENA_MAX, 1), (M_MMAP_THRESHOLD, 32 << 20), (M_TRIM_THRESHOLD, 512 << 20))
+WARM_BLOCK = 16 << 20  # under the mmap threshold: the blocks come from the heap, and stay in it
+_kept = False  # whether keep_freed_memory took effect in this process
 
 
 def keep_freed_memory() -> bool:
@@ -50,4 +53,39 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    return all(mallopt(param, value) == 1 for param, value in SETTINGS)
+    global _kept
+    _kept = all(mallopt(param, value) == 1 for param, value in SETTINGS)
+    return _kept
+
+
+def warm(nbytes: int) -> threading.Thread | None:
+    """Fault in about ``nbytes`` of heap on a thread of its own, then free it: once freed it
+    stays in the heap (:func:`keep_freed_memory`), and what a build allocates next is mapped
+    already. The ``analyze`` command calls it before it imports its libraries, which take one
+    core for half a second while the other ones idle; the build then spends a tenth less of its
+    time in the kernel's page faults (bench/HISTORY.md, "Session 25"). Nothing where
+    :func:`keep_freed_memory` did not take effect (the freed blocks would go back at once).
+    Returns the thread (None: nothing to do); nobody needs to wait for it."""
+    if not _kept or nbytes < WARM_BLOCK:
+        return None
+    libc = ctypes.CDLL(None)
+    malloc, free = libc.malloc, libc.free
+    malloc.argtypes, malloc.restype = (ctypes.c_size_t,), ctypes.c_void_p
+    free.argtypes, free.restype = (ctypes.c_void_p,), None
+
+    def touch() -> None:
+        blocks = []
+        try:
+            for _ in range(nbytes // WARM_BLOCK):
+                block = malloc(WARM_BLOCK)
+                if not block:  # no memory to spare: what is touched so far will do
+                    break
+                blocks.append(block)
+                ctypes.memset(block, 0, WARM_BLOCK)  # every page written (calloc would skip them)
+        finally:
+            for block in blocks:
+                free(block)
+
+    thread = threading.Thread(target=touch, name="analyze-heap-warm", daemon=True)
+    thread.start()
+    return thread

@@ -72,8 +72,14 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
                "tree_rss_mb": tree.mb}
     else:
         from analyze import heap
+        from analyze.cli import heap_to_warm
 
         out["heap_tuned"] = heap.keep_freed_memory()  # first, as the command does it
+        # then, as `analyze phases --force RUN` does, the heap faulted in while the imports run
+        command = argparse.Namespace(run=Path(run), db=Path(db), force=True,
+                                     engine="dask" if kind.startswith("dask") else "local")
+        out["heap_warmed_mb"] = heap_to_warm(command) / 2**20
+        heap.warm(heap_to_warm(command))
         import duckdb
 
         from analyze import background, power

