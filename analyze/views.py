@@ -181,7 +181,7 @@ def timeline(
                              "start_ms": (st["start_ns"] - t0) / NS_PER_MS,
                              "end_ms": (st["end_ns"] - t0) / NS_PER_MS})
     many = st["rank"].nunique() > MAX_LANE_RANKS
-    lanes = region_lanes(con, t0, t1) if bin_ms is None and not many else None
+    lanes = region_lanes(con, t0, t1, max_bars) if bin_ms is None and not many else None
     if lanes is not None and len(lanes) > max_bars:
         lanes = None  # too many to see one by one; the phase rows still show the window
     return Timeline(out, steps_ms, window, t0, n_intervals, bin_ms, lanes)
@@ -192,23 +192,34 @@ def timeline(
 MAX_LANE_RANKS = 64
 LANE_CATEGORIES = ("dataloader", "forward", "backward", "optimizer", "wait", "user")
 MAX_COMM_LANES = 3  # a rank with more communication lanes gets them all in one row
+# A rank's accelerator streams get a row each up to this many streams and this many such rows
+# in all (eight ranks of four streams each: one row a rank, "device streams")
+MAX_DEVICE_LANES = 6
+MAX_DEVICE_ROWS = 24
 
 
-def region_lanes(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFrame:
+def region_lanes(con: duckdb.DuckDBPyConnection, t0: int, t1: int, max_rows: int = 20_000) -> pd.DataFrame:
     """What the timeline draws under each rank's phases, between ``t0`` and ``t1`` [ns]:
 
     - lane 1, ``regions``: the main thread's data loading, forward, backward, optimizer,
       waits for communication and user regions (``fill`` is the region's category; user
       covers Score-P's ``user:`` regions and, in our own traces, ``instrument.region``);
-    - lanes 2..: each communication lane, then each accelerator stream with collective
-      kernels (the device's view, device_phases; or one row for them all past
-      :data:`MAX_COMM_LANES`), every asynchronous collective (DDP bucket, Horovod reduction,
-      NCCL kernel) as ``fill`` allreduce or other_comm, and its waiting for the last rank as
-      ``waiting`` (``part`` wait).
+    - lanes 2..: each communication lane of the host (or one row for them all past
+      :data:`MAX_COMM_LANES`), every asynchronous collective (DDP bucket, Horovod reduction)
+      as ``fill`` allreduce or other_comm, and its waiting for the last rank as ``waiting``
+      (``part`` wait);
+    - then each accelerator stream (or one row for them all past :data:`MAX_DEVICE_LANES`
+      streams, or :data:`MAX_DEVICE_ROWS` rows of them in all):
+      its collective kernels as on the host's lanes, its other kernels as ``compute`` and its
+      copies and sets as ``memory`` (``part`` device; the device phases' activity), activities
+      closer than a thousandth of the window merged; left out when the lanes would be more
+      than ``max_rows`` rows with them.
 
     Columns: rank, lane, label, start_ms, end_ms (from ``t0``), fill, part (region, op,
-    wait), depth (nested regions are drawn over their parents).
+    wait, device), depth (nested regions are drawn over their parents).
     """
+    from analyze.tables.device_phases import COMM, MEMORY, device_activity
+
     rows = con.execute("SELECT creator FROM runs").fetchall()
     ours = bool(rows and rows[0][0] and str(rows[0][0]).startswith("dltrace"))
     cats = [*LANE_CATEGORIES, *(["function"] if ours else [])]  # our tracer records no functions
@@ -221,35 +232,77 @@ def region_lanes(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> pd.DataFra
           AND i.end_ns > $lo AND i.start_ns < $hi
     """, {"lo": t0, "hi": t1}).df()
     comm = con.execute("""
-        WITH c AS (SELECT * FROM collectives WHERE is_async AND leave_ns > $lo AND enter_ns < $hi),
-        lanes AS (SELECT rank, location_id, device,
-                         -- the host's lanes first, then accelerator streams (a Kineto trace's
-                         -- NCCL kernels, or --device-activity's), each numbered from 0
-                         dense_rank() OVER (PARTITION BY rank ORDER BY device, location_id) - 1 AS k,
-                         dense_rank() OVER (PARTITION BY rank, device ORDER BY location_id) - 1 AS kk,
-                         -- the most lanes of any rank, so every rank gets the same rows
-                         (SELECT max(n) FROM (SELECT count(DISTINCT location_id) AS n FROM c GROUP BY rank)) AS n
-                  FROM (SELECT DISTINCT c.rank, c.location_id, l.kind = 'accelerator_stream' AS device
-                        FROM c JOIN locations l USING (location_id)))
-        SELECT c.rank, CASE WHEN n > $most THEN 2 ELSE 2 + k END AS lane,
-               CASE WHEN n > $most THEN 'comm lanes' WHEN device THEN 'device stream ' || kk
-                    ELSE 'comm lane ' || kk END AS label,
-               c.enter_ns AS start_ns, c.leave_ns AS end_ns,
-               CASE WHEN c.op = 'allreduce' THEN 'allreduce' ELSE 'other_comm' END AS fill,
+        SELECT c.rank, c.location_id, l.kind = 'accelerator_stream' AS device, c.enter_ns AS start_ns,
+               c.leave_ns AS end_ns, CASE WHEN c.op = 'allreduce' THEN 'allreduce' ELSE 'other_comm' END AS fill,
                'op' AS part, 0 AS depth
-        FROM c JOIN lanes USING (rank, location_id)
+        FROM collectives c JOIN locations l USING (location_id)
+        WHERE c.is_async AND c.leave_ns > $lo AND c.enter_ns < $hi
         UNION ALL
-        SELECT c.rank, CASE WHEN n > $most THEN 2 ELSE 2 + k END, '', c.enter_ns, c.enter_ns + c.wait_ns,
+        SELECT c.rank, c.location_id, l.kind = 'accelerator_stream', c.enter_ns, c.enter_ns + c.wait_ns,
                'waiting', 'wait', 1
-        FROM c JOIN lanes USING (rank, location_id) WHERE c.wait_ns > 0
-    """, {"lo": t0, "hi": t1, "most": MAX_COMM_LANES}).df()
-    df = pd.concat([regions, comm], ignore_index=True)
+        FROM collectives c JOIN locations l USING (location_id)
+        WHERE c.is_async AND c.leave_ns > $lo AND c.enter_ns < $hi AND c.wait_ns > 0
+    """, {"lo": t0, "hi": t1}).df()
+    act = device_activity(con, window=(t0, t1))
+    act = act[act["kind"] != COMM]  # the collective kernels: from the collectives, with their waiting
+    device = pd.DataFrame({"rank": act["rank"], "location_id": act["location_id"], "device": True,
+                           "start_ns": act["start_ns"], "end_ns": act["end_ns"],
+                           "fill": np.where(act["kind"] == MEMORY, "memory", "compute"), "part": "device",
+                           "depth": 0})
+    if len(regions) + len(comm) + len(device) > max_rows:
+        device = device.iloc[:0]
+    lanes = _stream_lanes(comm, device, (t1 - t0) / 1000)
+    df = pd.concat([regions, lanes], ignore_index=True)
     return pd.DataFrame({
         "rank": df["rank"].astype(int), "lane": df["lane"].astype(int), "label": df["label"].astype(str),
         "start_ms": (df["start_ns"].clip(lower=t0) - t0) / NS_PER_MS,
         "end_ms": (df["end_ns"].clip(upper=t1) - t0) / NS_PER_MS,
         "fill": df["fill"].astype(str), "part": df["part"].astype(str), "depth": df["depth"].astype(int),
     }).sort_values(["rank", "lane", "depth", "start_ms"], kind="stable").reset_index(drop=True)
+
+
+def _stream_lanes(comm: pd.DataFrame, device: pd.DataFrame, gap_ns: float) -> pd.DataFrame:
+    """The rows of :func:`region_lanes`' lanes 2..: ``comm`` (the asynchronous collectives and
+    their waiting) and ``device`` (the streams' other activity) with lane and label, each rank's
+    host lanes first, then its streams; every rank gets as many rows of each as the rank with
+    the most, or one row for all of them (see :func:`region_lanes`). Device activities of one
+    fill less than ``gap_ns`` apart on a row are merged (a kernel a few microseconds long is no
+    wider than a line at the page's width)."""
+    rows = pd.concat([comm, device], ignore_index=True)
+    if rows.empty:
+        return rows.assign(lane=pd.Series(dtype=int), label=pd.Series(dtype=str))
+    rows["device"] = rows["device"].astype(bool)
+    streams = rows[["rank", "location_id", "device"]].drop_duplicates().sort_values(["rank", "device", "location_id"])
+    streams["k"] = streams.groupby(["rank", "device"]).cumcount()
+    most = streams.groupby(["rank", "device"]).size().groupby(level="device").max()
+    hosts, devices = int(most.get(False, 0)), int(most.get(True, 0))
+    host_rows = 1 if hosts > MAX_COMM_LANES else hosts
+    one_row = devices > MAX_DEVICE_LANES or devices * streams["rank"].nunique() > MAX_DEVICE_ROWS
+    streams["lane"] = np.where(streams["device"], 2 + host_rows + np.where(one_row, 0, streams["k"]),
+                               2 + np.where(hosts > MAX_COMM_LANES, 0, streams["k"]))
+    streams["label"] = np.where(
+        streams["device"], np.where(one_row, "device streams", "device stream " + streams["k"].astype(str)),
+        np.where(hosts > MAX_COMM_LANES, "comm lanes", "comm lane " + streams["k"].astype(str)))
+    rows = rows.merge(streams[["rank", "location_id", "lane", "label"]], on=["rank", "location_id"])
+    rows.loc[rows["part"] == "wait", "label"] = ""
+    activity = rows["part"] == "device"
+    return pd.concat([rows[~activity], _merged(rows[activity], gap_ns)], ignore_index=True)
+
+
+def _merged(rows: pd.DataFrame, gap_ns: float) -> pd.DataFrame:
+    """``rows`` (rank, lane, fill, start_ns, end_ns, ...) with those of one rank, lane and fill
+    that overlap or lie less than ``gap_ns`` apart as one row."""
+    if rows.empty:
+        return rows
+    rows = rows.sort_values(["rank", "lane", "fill", "start_ns"], kind="stable").reset_index(drop=True)
+    key = rows[["rank", "lane", "fill"]]
+    same = (key == key.shift()).all(axis=1).to_numpy()
+    reach = rows.groupby(["rank", "lane", "fill"], sort=False)["end_ns"].cummax()
+    new = ~same | (rows["start_ns"].to_numpy() > reach.shift().to_numpy() + gap_ns)
+    group = np.cumsum(new)
+    first = rows[new].reset_index(drop=True)
+    first["end_ns"] = reach.groupby(group).max().to_numpy()
+    return first
 
 
 def _binned(bars: pd.DataFrame, t0: int, t1: int, bins: int) -> tuple[pd.DataFrame, float]:

@@ -57,10 +57,11 @@ DEVICE_PHASE_LABELS = {"compute": "compute", "comm_hidden": "comm. hidden", "com
                        "memory": "memory", "idle": "idle"}
 
 
-# The timeline's lanes under each rank: regions of the main thread and communication lanes.
+# The timeline's lanes under each rank: regions of the main thread, communication lanes and
+# accelerator streams.
 # Okabe-Ito colours the phases leave free, and light tints for waits and user regions; on the
 # communication lanes a collective has its phase's colour and its waiting the idle colour.
-LANE_ORDER = ["dataloader", "forward", "backward", "optimizer", "wait", "user", "waiting"]
+LANE_ORDER = ["dataloader", "forward", "backward", "optimizer", "wait", "user", "memory", "waiting"]
 LANE_COLORS = {
     "dataloader": "#F0E442",  # yellow
     "forward": "#56B4E9",  # sky blue
@@ -68,12 +69,15 @@ LANE_COLORS = {
     "optimizer": "#000000",  # black
     "wait": "#EAAE7F",  # vermillion tint: the main thread waits for communication
     "user": "#BBBBBB",  # light grey
+    # an accelerator stream's copies and sets (its kernels are compute, its collectives
+    # allreduce or other comm.): a dark shade of the backward pass's reddish purple
+    "memory": "#7A3F66",
     "waiting": PHASE_COLORS["idle"],
 }
 LANE_LABELS = {
     "dataloader": "data loading", "forward": "forward", "backward": "backward",
     "optimizer": "optimizer", "wait": "wait region", "user": "user region",
-    "waiting": "lane waiting",
+    "memory": "device copy/set", "waiting": "lane waiting",
 }
 
 

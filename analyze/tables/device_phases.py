@@ -48,13 +48,17 @@ _HOST_CATEGORY = {Category.COLLECTIVE: 0, Category.P2P: 0, Category.WAIT: 1, Cat
 ACCELERATOR_PARADIGMS = ("cuda", "hip", "opencl", "openacc", "openmp_target")
 
 
-def device_activity(con: duckdb.DuckDBPyConnection, rank: int | None = None) -> pd.DataFrame:
-    """rank, start_ns, end_ns, kind (0 compute, 1 communication, 2 memory) of every device
-    activity (of ``rank``, or of all ranks)."""
+def device_activity(con: duckdb.DuckDBPyConnection, rank: int | None = None,
+                    window: tuple[int, int] | None = None) -> pd.DataFrame:
+    """rank, location_id (the stream), start_ns, end_ns, kind (0 compute, 1 communication, 2
+    memory) of every device activity (of ``rank``, or of all ranks; overlapping ``window``
+    [ns, half-open], when given)."""
     where = "" if rank is None else f"AND l.rank = {int(rank)}"
+    if window is not None:
+        where += f" AND i.end_ns > {int(window[0])} AND i.start_ns < {int(window[1])}"
     return con.execute(f"""
         WITH c AS (SELECT DISTINCT location_id, interval_idx FROM collectives)
-        SELECT l.rank, i.start_ns, i.end_ns,
+        SELECT l.rank, i.location_id, i.start_ns, i.end_ns,
                CASE WHEN c.interval_idx IS NOT NULL OR r.category = '{Category.COLLECTIVE}' THEN {COMM}
                     WHEN r.category = '{Category.MEMORY}' THEN {MEMORY}
                     ELSE {COMPUTE} END AS kind

@@ -148,15 +148,22 @@ def test_steps_with_nothing_inside_and_a_rank_with_fewer_steps(tmp_path: Path) -
 
 
 def test_timeline_names_accelerator_streams_as_such(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
-    # each rank's NCCL kernels run on two streams of its GPU (84 and 203: 8 and 2 kernels),
-    # drawn under the main thread's regions; the host has no communication lane
+    # each rank's GPU has five streams with activity: kernels and copies on the first two, copies
+    # on the third, NCCL kernels on the last two (84 and 203: 8 and 2 kernels), drawn under the
+    # main thread's regions; the host has no communication lane
     from analyze.views import region_lanes
 
     db = kineto_db("hta_sampled_2rank")
     ((t0, t1),) = db.execute("SELECT min(start_ns), max(end_ns) FROM steps").fetchall()
     lanes = region_lanes(db, t0, t1)
     assert sorted(set(zip(lanes["rank"], lanes["label"], strict=True)) - {(0, ""), (1, "")}) == [
-        (r, label) for r in (0, 1) for label in ("device stream 0", "device stream 1", "regions")]
+        (r, label) for r in (0, 1) for label in [*(f"device stream {k}" for k in range(5)), "regions"]]
+    rank0 = lanes[(lanes["rank"] == 0) & (lanes["part"] != "wait")]
+    fills = rank0.groupby("label")["fill"].agg(lambda f: sorted(set(f))).to_dict()
+    assert fills == {"regions": ["optimizer"], "device stream 0": ["compute", "memory"],
+                     "device stream 1": ["compute", "memory"], "device stream 2": ["memory"],
+                     "device stream 3": ["other_comm"], "device stream 4": ["other_comm"]}
+    assert rank0["label"].value_counts()[["device stream 3", "device stream 4"]].tolist() == [8, 2]
 
 
 def test_a_step_of_length_zero_and_markers_on_one_rank_only(tmp_path: Path) -> None:

@@ -88,3 +88,48 @@ def test_run_labels_name_what_wrote_a_trace_without_a_framework() -> None:
     kineto = views.RunLabel("mi300", None, 1, {}, "PyTorch profiler (Kineto), schema 1")
     assert kineto.short() == "mi300\nPyTorch profiler (Kineto), np 1"
     assert views.RunLabel("x", None, 1, {}).title() == "x · unknown framework · 1 rank"
+
+
+def _streams_run(tmp_path, streams: int, ranks: int = 1):  # type: ignore[no-untyped-def]
+    """``ranks`` ranks of one 1000 us step: on stream 7 kernels at [100, 110) and [110.5, 130)
+    (half a microsecond apart, under a thousandth of the window: drawn as one) and at [500,
+    600); a copy at [200, 260) on stream 8; one kernel on each further stream."""
+    import analyze
+    from tests.kineto_literal import kernel, memcpy, step, write_rank
+
+    for rank in range(ranks):
+        write_rank(tmp_path / "run", rank, [
+            step(1, 0, 1000), kernel("gemm", 100, 110), kernel("gemm", 110.5, 130), kernel("relu", 500, 600),
+            memcpy(200, 260, stream=8), *(kernel("add", 300, 310 + s, stream=9 + s) for s in range(streams - 2))],
+            world=ranks)
+    db = analyze.open(tmp_path / "run")
+    ((t0, t1),) = db.execute("SELECT min(start_ns), max(end_ns) FROM steps").fetchall()
+    return db, t0, t1
+
+
+def test_timeline_draws_each_stream_of_a_device_without_collectives(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    db, t0, t1 = _streams_run(tmp_path, streams=3)
+    lanes = views.region_lanes(db, t0, t1)
+    got = [(r.label, r.fill, round(r.start_ms * 1e3, 1), round(r.end_ms * 1e3, 1))
+           for r in lanes.sort_values(["lane", "start_ms"]).itertuples()]
+    assert got == [("device stream 0", "compute", 100.0, 130.0), ("device stream 0", "compute", 500.0, 600.0),
+                   ("device stream 1", "memory", 200.0, 260.0), ("device stream 2", "compute", 300.0, 310.0)]
+    assert set(lanes["lane"]) == {2, 3, 4} and set(lanes["part"]) == {"device"}
+    # kernels further apart than a thousandth of the window stay apart
+    narrow = views.region_lanes(db, t0, t0 + 300_000)  # 300 us: 0.3 us is the gap merged
+    assert len(narrow[narrow["label"] == "device stream 0"]) == 2
+    # too many rows with them: the device's activity is left out, the rest stays
+    assert views.region_lanes(db, t0, t1, max_rows=3).empty
+
+
+def test_timeline_draws_many_streams_as_one_row(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    db, t0, t1 = _streams_run(tmp_path, streams=views.MAX_DEVICE_LANES + 1)
+    lanes = views.region_lanes(db, t0, t1)
+    assert set(zip(lanes["lane"], lanes["label"], strict=True)) == {(2, "device streams")}
+    # the kernels of every stream at [300, 310 + s): merged into one, as long as the longest
+    adds = lanes[(lanes["start_ms"] >= 0.3) & (lanes["start_ms"] < 0.4)]
+    assert adds[["start_ms", "end_ms"]].round(6).values.tolist() == [[0.3, 0.31 + (views.MAX_DEVICE_LANES - 2) * 1e-3]]
+    # a few streams on many ranks: one row per rank too
+    db, t0, t1 = _streams_run(tmp_path / "many", streams=3, ranks=views.MAX_DEVICE_ROWS // 3 + 1)
+    lanes = views.region_lanes(db, t0, t1)
+    assert set(lanes["label"]) == {"device streams"}
