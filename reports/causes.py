@@ -31,7 +31,7 @@ from plotnine import (
 
 from analyze.tables.causes import device as device_waits
 from analyze.tables.causes import views as cause_views
-from analyze.tables.names import short_names
+from analyze.tables.names import cut_middle, short_names
 from analyze.tables.steps import RankGroups, StepBins, rank_groups, step_bins
 from analyze.views import RunLabel
 from reports import steps as per_bar
@@ -171,7 +171,8 @@ def _axis_labels(kinds: list[str], names: list[str], width: int = 32) -> list[st
     """``kind: name`` in at most two lines of ``width`` characters, so that kernels' C++ names
     leave the plot its width: shortened apart (:func:`analyze.tables.names.short_names`: the
     template instances of one kernel keep their arguments), broken after an underscore or a
-    space where one comes early enough."""
+    space where one comes early enough, a second line too long cut in its middle (its end is
+    what tells template instances, and their numbers, apart)."""
     out = []
     # room for the kind and for a break before the width (a line rarely breaks much earlier)
     for kind, short in zip(kinds, short_names(names, 2 * width - len("collective: ") - 8), strict=True):
@@ -179,7 +180,7 @@ def _axis_labels(kinds: list[str], names: list[str], width: int = 32) -> list[st
         if len(text) > width:
             cut = text.rfind("_", 0, width) + 1 or text.rfind(" ", 0, width) + 1 or width
             first, rest = text[:cut].rstrip(), text[cut:].lstrip()
-            text = first + "\n" + (rest if len(rest) <= width else rest[: width - 3] + "...")
+            text = first + "\n" + cut_middle(rest, width)
         out.append(text)
     return out
 

@@ -137,7 +137,7 @@ def short_names(names: Sequence[str], width: int = 72) -> list[str]:
         alike.setdefault(short, set()).add(name)
     for i, name in enumerate(names):
         if len(alike[out[i]]) > 1:
-            out[i] = _cut_middle(_collapsed(_demangled(name).removeprefix("void "), "("), width)
+            out[i] = cut_middle(_collapsed(_demangled(name).removeprefix("void "), "("), width)
     numbers: dict[str, dict[str, int]] = {}  # short -> name -> its number among them
     for i, name in enumerate(names):
         seen = numbers.setdefault(out[i], {})
@@ -172,7 +172,7 @@ def _collapsed(text: str, opening: str) -> str:
     return text if stack else "".join(out)
 
 
-def _cut_middle(text: str, width: int) -> str:
+def cut_middle(text: str, width: int) -> str:
     """``text`` in ``width`` characters: its start and its end, ``...`` between them."""
     if len(text) <= width:
         return text

@@ -175,3 +175,15 @@ def test_long_kernel_names_are_shortened_for_the_table() -> None:
     labels = list(diff_plot(table, "a", "b").data["item"])
     assert labels == ["kernel: split_embedding_\nback...oat, float, 5ul>(...)",
                       "kernel: split_embedding_\nback...oat, float, 6ul>(...)"]
+    # a second line too long keeps its end, where the instances differ, and their numbers
+    long = ["ncclDevKernel_AllReduce_Sum_f32_RING_LL_with_a_long_tail<float, 5ul>(args)",
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL_with_a_long_tail<float, 6ul>(args)",
+            "ncclDevKernel_AllReduce_Sum_f32_RING_LL_with_a_long_tail<float, 5ul>(other)"]
+    table = pd.DataFrame({"kind": ["kernel"] * 3, "name": long, "a_ms": [1.0] * 3, "b_ms": [2.0] * 3,
+                          "delta_ms": [1.0] * 3, "ci_low": [0.5] * 3, "ci_high": [1.5] * 3,
+                          "change_pct": [100.0] * 3, "over": ["steps"] * 3})
+    labels = list(diff_plot(table, "a", "b").data["item"])
+    assert labels == ["kernel: ncclDevKernel_\nAllRed...tail<float, 5ul>(...)",
+                      "kernel: ncclDevKernel_\nAllRed...tail<float, 6ul>(...)",
+                      "kernel: ncclDevKernel_\nAllRed...tail<...t, 5ul>(...) #2"]  # (was "<float, 5ul>(......")
+    assert all(len(line) <= 32 for label in labels for line in label.split("\n"))
