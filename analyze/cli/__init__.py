@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 # chunk of rows); a build's working set is about twice its archive's event files.
 WARM_PER_CORE = 128 << 20
 WARM_PER_EVENT_BYTE = 2
+# and at most this much: below the heap's trim threshold (analyze/heap.py), beyond which freeing
+# the warmed blocks would hand them back at once
+WARM_MOST = 384 << 20
 
 
 def heap_to_warm(ns: argparse.Namespace) -> int:
@@ -53,7 +56,7 @@ def heap_to_warm(ns: argparse.Namespace) -> int:
         except OSError:  # the verb says what is wrong with the path
             continue
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(WARM_PER_EVENT_BYTE * largest, WARM_PER_CORE * cores)
+    return min(WARM_PER_EVENT_BYTE * largest, WARM_PER_CORE * cores, WARM_MOST)
 
 
 def _events_to_build(run: Path, db: Path | None, force: bool) -> int:
