@@ -50,9 +50,11 @@ def heap_to_warm(ns: argparse.Namespace) -> int:
     runs = getattr(ns, "runs", None) or [getattr(ns, "run", None)]
     largest = 0
     for run in runs:
+        if run is None:  # a verb without runs
+            continue
         try:
             largest = max(largest, _events_to_build(Path(run), getattr(ns, "db", None),
-                                                    bool(getattr(ns, "force", False))) if run else 0)
+                                                    bool(getattr(ns, "force", False))))
         except OSError:  # the verb says what is wrong with the path
             continue
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
