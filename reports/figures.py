@@ -130,8 +130,11 @@ def timeline(tl: Timeline, label: RunLabel) -> ggplot:
                        index=tl.lanes.index)
         half = tl.lanes["part"].map({"wait": 0.14}).fillna(0.3)
         lanes = tl.lanes.assign(ymin=ly - half, ymax=ly + half)
-        layers.append(geom_rect(lanes, aes(xmin="start_ms", xmax="end_ms", ymin="ymin", ymax="ymax", fill="fill"),
-                                color="white", size=0.1))
+        on_device = lanes["part"] == "device"
+        rect = aes(xmin="start_ms", xmax="end_ms", ymin="ymin", ymax="ymax", fill="fill")
+        layers.append(geom_rect(lanes[~on_device], rect, color="white", size=0.1))
+        if on_device.any():  # no outline: a stream's short kernels would be mostly outline, paler than their colour
+            layers.append(geom_rect(lanes[on_device], rect))
         present = present + [f for f in dict.fromkeys(tl.lanes["fill"]) if f not in present]
         fill = timeline_fill(present)
         small_labels = theme(axis_text_y=element_text(size=BASE_SIZE - 2))

@@ -155,3 +155,18 @@ def test_device_steps_page_stacks_each_step_by_device_phase(tmp_path: Path) -> N
     assert "01-run-device-steps" in [p.slug for p in pages]
     # a run without accelerator streams has no such page
     assert views.device_step_phases(straggler_run(tmp_path / "cpu")).empty
+
+
+def test_timeline_draws_device_streams_without_outlines(tmp_path: Path) -> None:
+    # a stream's kernels filled to their edges (an outline on bars a few pixels wide would pale
+    # them), the regions and collectives outlined to tell neighbours apart
+    from tests.analyze.test_views import _streams_run
+
+    db, _, _ = _streams_run(tmp_path, streams=3)
+    plot = drawn(figures.timeline(views.timeline(db, (0, 1)), views.run_label(db)))
+    rects = [layer for layer in plot.layers if type(layer.geom).__name__ == "geom_rect"]
+    assert len(rects) == 3  # the phases, the outlined lanes (none here), the device's
+    phases, outlined, device = rects
+    assert outlined.geom.aes_params["color"] == "white" and "color" not in device.geom.aes_params
+    assert len(outlined.data) == 0 and len(device.data) == 4
+    assert set(device.data["fill"]) == {PHASE_COLORS["compute"], LANE_COLORS["memory"]}
