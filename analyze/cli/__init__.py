@@ -16,6 +16,7 @@ from pathlib import Path
 
 from analyze import heap
 from analyze.errors import AnalyzeError
+from analyze.tables.runpath import DB_NAME, otf2_anchors
 
 # Verbs in the order ``analyze --help`` lists them; each is the module analyze.cli.<verb>.
 VERBS = ("phases", "patterns", "overlap", "causes", "critical-path", "balance", "energy", "report",
@@ -66,15 +67,13 @@ def _events_to_build(run: Path, db: Path | None, force: bool) -> int:
     Chrome trace JSON, which the Python reader reads)."""
     anchor = run
     if run.is_dir():
-        anchor = run / "traces.otf2"
-        if not anchor.is_file():
-            found = list(run.glob("*.otf2"))
-            if len(found) != 1:
-                return 0
-            anchor = found[0]
+        found = otf2_anchors(run)
+        if len(found) != 1:
+            return 0
+        anchor = found[0]
     elif run.suffix != ".otf2":
         return 0
-    database = db or anchor.parent / "trace.duckdb"
+    database = db or anchor.parent / DB_NAME
     if not force and database.is_file() and database.stat().st_mtime_ns >= anchor.stat().st_mtime_ns:
         return 0
     return sum(f.stat().st_size for f in anchor.with_suffix("").glob("*.evt"))

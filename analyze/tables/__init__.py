@@ -2,7 +2,7 @@
 over them, built from reader chunks by stages of independent tasks.
 
 Owns the build (:mod:`.database`: a new tables directory and database per build, put in place
-when complete, reused while current), the on-disk layout (:mod:`.store`: one Parquet dataset
+when complete, reused while current; where a run's archive and database are, :mod:`.runpath`), the on-disk layout (:mod:`.store`: one Parquet dataset
 per table, the per-rank ones partitioned by rank), the stages and their tasks
 (:mod:`.stages`, run by an engine from :mod:`analyze.engine`), and the derivation steps each
 task runs: regions classified (:mod:`.regions`; by name with the pattern table

@@ -58,10 +58,10 @@ from analyze.tables.causes import build_causes
 from analyze.tables.energy import build_energy
 from analyze.tables.pattern_set import PatternSet
 from analyze.tables.regions import explain
+from analyze.tables.runpath import DB_NAME, otf2_anchors
 from analyze.tables.store import Store
 from traceio import chrome
 
-DB_NAME = "trace.duckdb"
 BUILD_INFO = "build_info"
 # DuckDB's memory cap while building, per process (the build's own and each Dask worker's);
 # it spills to disk beyond. Without one DuckDB takes up to 80% of RAM. DLTRACE_BUILD_MEMORY=4GB
@@ -108,19 +108,17 @@ def resolve(run: Path | str, db: Path | str | None = None) -> RunPaths:
         anchor, run_dir = path, path.parent
     else:
         run_dir = path
-        anchor = path / "traces.otf2"
-        if not anchor.is_file():
-            found = sorted(path.glob("*.otf2"))
-            if len(found) > 1:
-                raise AnalyzeError(f"{path} holds {len(found)} OTF2 archives; name one of them: "
-                                   + ", ".join(f.name for f in found))
-            if found:
-                anchor = found[0]
-            elif kineto.trace_files(path):
-                anchor = path  # per-rank Kineto / Chrome trace JSON files
-            else:
-                raise AnalyzeError(f"{path} holds no OTF2 archive (no .otf2 anchor file) and no Chrome "
-                                   "trace JSON files (torch.profiler's *.pt.trace.json[.gz])")
+        found = otf2_anchors(path)
+        if len(found) > 1:
+            raise AnalyzeError(f"{path} holds {len(found)} OTF2 archives; name one of them: "
+                               + ", ".join(f.name for f in found))
+        if found:
+            anchor = found[0]
+        elif kineto.trace_files(path):
+            anchor = path  # per-rank Kineto / Chrome trace JSON files
+        else:
+            raise AnalyzeError(f"{path} holds no OTF2 archive (no .otf2 anchor file) and no Chrome "
+                               "trace JSON files (torch.profiler's *.pt.trace.json[.gz])")
     if db is not None:
         return RunPaths(run_dir.resolve(), anchor.resolve(), Path(db).absolute())
     target = run_dir / db_name
