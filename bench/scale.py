@@ -78,8 +78,9 @@ def child(kind: str, run: str, db: str, extra: str) -> None:
         # then, as `analyze phases --force RUN` does, the heap faulted in while the imports run
         command = argparse.Namespace(run=Path(run), db=Path(db), force=True,
                                      engine="dask" if kind.startswith("dask") else "local")
-        out["heap_warmed_mb"] = heap_to_warm(command) / 2**20
-        heap.warm(heap_to_warm(command))
+        warmed = heap_to_warm(command)
+        out["heap_warmed_mb"] = warmed / 2**20
+        heap.warm(warmed)
         import duckdb
 
         from analyze import background, power
