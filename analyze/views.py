@@ -20,6 +20,11 @@ from analyze.tables.steps import RankGroups, StepBins
 NS_PER_MS = 1e6
 
 
+# Characters of a figure's title on one line: 5 inches at the theme's title size hold about 58
+# ("param_dlrm_v100_8rank · PyTorch profiler (Kineto) · 8 ranks", 60, lost its last letter)
+TITLE_WIDTH = 50
+
+
 @dataclass
 class RunLabel:
     name: str
@@ -40,10 +45,18 @@ class RunLabel:
         return self.creator.split(",")[0] if self.creator else "unknown framework"
 
     def title(self) -> str:
+        """name · source · ranks (· batch), broken before a part that would take a line past
+        :data:`TITLE_WIDTH` characters (a page's title is one figure wide)."""
         parts = [self.name, self.source, f"{self.ranks} rank{'' if self.ranks == 1 else 's'}"]
         if self.batch_size is not None:
             parts.append(f"batch {self.batch_size}")
-        return " · ".join(parts)
+        lines = [parts[0]]
+        for part in parts[1:]:
+            if len(lines[-1]) + len(" · ") + len(part) > TITLE_WIDTH:
+                lines.append(part)
+            else:
+                lines[-1] += " · " + part
+        return "\n".join(lines)
 
     def short(self) -> str:
         bs = f", bs {self.batch_size}" if self.batch_size is not None else ""

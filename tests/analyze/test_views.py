@@ -88,6 +88,10 @@ def test_run_labels_name_what_wrote_a_trace_without_a_framework() -> None:
     kineto = views.RunLabel("mi300", None, 1, {}, "PyTorch profiler (Kineto), schema 1")
     assert kineto.short() == "mi300\nPyTorch profiler (Kineto), np 1"
     assert views.RunLabel("x", None, 1, {}).title() == "x · unknown framework · 1 rank"
+    # a long title goes on in a second line, before the part that would run past the figure
+    dlrm = views.RunLabel("param_dlrm_v100_8rank", None, 8, {}, "PyTorch profiler (Kineto)")
+    assert dlrm.title() == "param_dlrm_v100_8rank · PyTorch profiler (Kineto)\n8 ranks"
+    assert all(len(line) <= views.TITLE_WIDTH for line in dlrm.title().split("\n"))
 
 
 def _streams_run(tmp_path, streams: int, ranks: int = 1):  # type: ignore[no-untyped-def]
