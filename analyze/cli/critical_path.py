@@ -14,7 +14,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         description="Walk each step back from its end through the waits to the ranks that ended "
         "them: the path's length, who is on it, and the step time perfect balance would give "
         "(docs/causes.md). The critical_path, critical_path_regions and step_balance tables are "
-        "in RUN/trace.duckdb.")
+        "in RUN/trace.duckdb. For traces with accelerator streams, also the path through the waits "
+        "inside collective kernels (NCCL/RCCL), which the hosts' path cannot see.")
     add_run_arguments(p)
     p.add_argument("--top", type=int, default=8, metavar="N",
                    help="rank/region contributions to print (default 8)")
@@ -29,9 +30,9 @@ def run(ns: argparse.Namespace) -> int:
     from analyze.tables.causes import views
 
     limit = ns.steps if ns.steps > 0 else None
-    paths, (steps, (count, cost, total), parts) = database.built(
+    paths, (steps, (count, cost, total), parts, (device, device_ranks)) = database.built(
         ns.run, lambda con: (views.critical_path_summary(con, limit), views.imbalance_total(con),
-                             views.path_contributions(con)),
+                             views.path_contributions(con), views.device_path_summary(con, limit)),
         force=ns.force, step_region=ns.step_region, causes=True)
     print(steps.to_string(index=False, na_rep="-"))
     if len(steps) < count:
@@ -40,5 +41,14 @@ def run(ns: argparse.Namespace) -> int:
         print(f"imbalance cost: {cost:.1f} ms of {total:.1f} ms ({100 * cost / total if total else 0:.1f}%)")
     print("\nwhere the critical path's time goes (all steps):")
     print(parts.head(ns.top).to_string(index=False, na_rep="-"))
+    if len(device):
+        # the path above is the hosts': on a GPU trace they launch and go on, the waiting is in the kernels
+        print("\non the accelerators (walked back through the waits inside collective kernels):")
+        print(device.to_string(index=False, na_rep="-"))
+        if len(device) < count:
+            print(f"({len(device)} of {count} steps: those whose path spends longest on other ranks than the "
+                  "one that ended it; --steps 0 prints all)")
+        print("where the accelerators' path runs (all steps):")
+        print(device_ranks.head(ns.top).to_string(index=False, na_rep="-"))
     print(f"database: {display(paths.db)}")
     return 0

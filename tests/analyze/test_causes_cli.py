@@ -10,6 +10,7 @@ import pytest
 
 from tests.analyze.test_delays import step
 from tests.conftest import ROOT
+from tests.kineto_literal import late_kernels
 from tests.literal import write_literal
 
 
@@ -56,6 +57,25 @@ def test_overlap_and_critical_path_tables(runs: tuple[Path, Path]) -> None:
     table = top.stdout.split("(1 of 4 steps")[0].splitlines()
     assert len(table) == 2 and table[1].split()[0] in ("1", "2"), top.stdout
     assert "imbalance cost: 40.0 ms of 640.0 ms (6.2%)" in top.stdout
+    # a run without accelerator streams has no devices' path
+    assert "on the accelerators" not in path.stdout
+
+
+def test_critical_path_prints_the_devices_path(tmp_path: Path) -> None:
+    # kineto_literal.late_kernels: at step 0 rank 0's allreduce kernel waited 20 us for rank 1's
+    proc = analyze("critical-path", str(late_kernels(tmp_path / "run", second_step_start=110)))
+    assert proc.returncode == 0, proc.stderr
+    device = proc.stdout.split("on the accelerators (walked back through the waits inside collective kernels):\n")[1]
+    lines = device.splitlines()
+    assert lines[0].split() == ["step", "path_ms", "path_ranks", "path", "critical_rank", "critical_ms"]
+    assert lines[1].split() == ["0", "0.10", "2", "1", "->", "0", "1", "0.06"]
+    assert lines[2].split() == ["1", "0.09", "1", "0", "0", "0.09"]
+    assert lines[3] == "where the accelerators' path runs (all steps):"
+    assert lines[4].split() == ["rank", "path_ms", "path%"] and lines[5].split() == ["0", "0.13", "68.4"]
+    # printing one step: the one whose path runs longest on other ranks than the one that ended it
+    one = analyze("critical-path", str(tmp_path / "run"), "--steps", "1").stdout
+    assert "(1 of 2 steps: those whose path spends longest on other ranks" in one
+    assert one.split("collective kernels):\n")[1].splitlines()[1].split()[:2] == ["0", "0.1"]
 
 
 def test_balance_with_shares_given_and_their_errors(runs: tuple[Path, Path]) -> None:

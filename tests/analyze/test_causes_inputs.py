@@ -15,12 +15,14 @@ from pathlib import Path
 
 import duckdb
 import numpy as np
+import pandas as pd
 import pytest
 
 import analyze
 from analyze.tables.causes import views
+from analyze.tables.causes.device import device_paths
 from tests.analyze.test_frameworks import STEP, lbann_steps, oneccl_step
-from tests.kineto_literal import late_kernels
+from tests.kineto_literal import late_kernels, launch, nccl, step, write_rank
 from tests.literal import write_literal
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -60,6 +62,7 @@ def assert_views_work(db: duckdb.DuckDBPyConnection) -> None:
     views.overlap_steps(db)
     views.cause_steps(db)
     views.path_steps(db)
+    views.device_path_summary(db)
 
 
 @pytest.mark.parametrize("name", SCOREP)
@@ -88,10 +91,74 @@ def test_kineto_fixtures_agree_with_the_phases(name: str,
         assert len(waits) > 0
     per_rank = why.groupby("cause_rank")["ms"].sum()
     assert np.allclose(per_rank.reindex(waits["cause_rank"]).to_numpy(), waits["wait_ms"].to_numpy())
+    assert_device_paths_touch(db)
     # tracelens_mi300_rccl has 56 slices that only partly overlap the one before them (a
     # profiler.step call starts 11.5 us before ProfilerStep#15 ends): the overlap is counted
     # once, as the later slice's (chrome_events.own_end_ns)
     assert found["path"] == []
+
+
+def assert_device_paths_touch(db: duckdb.DuckDBPyConnection) -> None:
+    """The accelerators' critical path of each step: stretches that touch end to end, from the
+    start of the step on the rank it begins on to the end of the step on the rank that ended it
+    last, every hop after the first reached through a collective kernel's wait."""
+    chain = device_paths(db)
+    steps = db.execute("SELECT rank, step, start_ns, end_ns FROM steps").df().set_index(["rank", "step"])
+    for n, hops in chain.groupby("step"):
+        assert (hops["start_ns"].to_numpy()[1:] == hops["end_ns"].to_numpy()[:-1]).all()
+        first, last = hops.iloc[0], hops.iloc[-1]
+        assert first["start_ns"] == steps.loc[(first["rank"], n), "start_ns"]
+        assert last["end_ns"] == steps.xs(n, level="step")["end_ns"].max()
+        # going back in time, every stretch but the last (the rank that ended the step) was left through a wait
+        assert pd.isna(last["via"]) and all(v.endswith(" kernel") for v in hops["via"].iloc[:-1])
+
+
+def path_rows(chain: pd.DataFrame) -> list[list]:
+    """The rows of a path, a NULL ``via`` as None."""
+    return [[*row[:-1], None if pd.isna(row[-1]) else row[-1]] for row in chain.values.tolist()]
+
+
+def test_the_devices_critical_path_goes_through_the_kernels_waits(tmp_path: Path) -> None:
+    # kineto_literal.late_kernels: at step 0 rank 0's allreduce kernel waits from 40 to 60 us for
+    # rank 1's (behind its gemm), and both hosts end the step at 100 us (the tie: rank 0); at
+    # step 1 rank 1's kernel waits for rank 0's (its host began 10 us late), which ended it
+    us = 1000
+    db = analyze.open(late_kernels(tmp_path / "run", second_step_start=110))
+    assert path_rows(device_paths(db)) == [
+        [0, 0, 1, 0, 60 * us, 60 * us, "allreduce kernel"], [0, 1, 0, 60 * us, 100 * us, 40 * us, None],
+        [1, 0, 0, 110 * us, 200 * us, 90 * us, None]]
+    per_step, per_rank = views.device_path_summary(db)
+    assert per_step.values.tolist() == [[0, 0.1, 2, "1 -> 0", 1, 0.06], [1, 0.09, 1, "0", 0, 0.09]]
+    assert per_rank.values.tolist() == [[0, 0.13, 68.4], [1, 0.06, 31.6]]
+    # the host's path cannot see it: their idle time is empty, the path stays on rank 0
+    assert db.execute("SELECT DISTINCT rank FROM critical_path").fetchall() == [(0,)]
+    # when the waiter ends the step last, the path starts on the rank it waited for
+    write_rank(tmp_path / "late", 0, [
+        step(1, 0, 100), step(2, 110, 199), launch(165, 167, correlation=2),
+        nccl("allreduce", 170, 190, nelems=1000, correlation=2)])
+    write_rank(tmp_path / "late", 1, [
+        step(1, 0, 100), step(2, 100, 200), launch(125, 127, correlation=3),
+        nccl("allreduce", 130, 190, nelems=1000, correlation=3)])
+    late = analyze.open(tmp_path / "late")
+    assert path_rows(device_paths(late)) == [
+        [0, 0, 0, 0, 100 * us, 100 * us, None],  # no waits: the rank that ended it (of a tie, the lowest)
+        [1, 0, 0, 110 * us, 170 * us, 60 * us, "allreduce kernel"], [1, 1, 1, 170 * us, 200 * us, 30 * us, None]]
+    assert_device_paths_touch(late)
+    # a run without device collectives has no such path
+    assert device_paths(build(tmp_path / "otf2", lbann_steps(record=True), step_region=STEP)).empty
+
+
+def test_the_devices_critical_path_of_dlrm(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
+    # param's DLRM step on 8 V100s (values in the collectives table): rank 4's host ends the
+    # step last, at 20.970 ms; its last kernel that waited is the allreduce of sequence 6, until
+    # 17.829 ms, when rank 5's started; rank 5's last before that, the allreduce of sequence 4,
+    # waited until 15.405 ms for rank 7's, and rank 7 waited in none: its step began at 7.660 ms,
+    # the latest of the eight, and the other ranks' first all_to_all kernels waited up to 7.6 ms for it
+    us = 1000
+    got = device_paths(kineto_db("param_dlrm_v100_8rank"))
+    assert path_rows(got[["rank", "start_ns", "end_ns", "via"]]) == [
+        [7, 7660 * us, 15405 * us, "allreduce kernel"], [5, 15405 * us, 17829 * us, "allreduce kernel"],
+        [4, 17829 * us, 20970 * us, None]]
 
 
 def build(tmp_path: Path, items: list, **options: object) -> duckdb.DuckDBPyConnection:

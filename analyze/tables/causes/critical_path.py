@@ -87,7 +87,7 @@ def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
     call per step was most of the time spent on paths: 0.34 s per window of 21k steps)."""
     parts = [rw for rw in win.ranks.values() if len(rw.steps)]
     if not parts:
-        return _chain([], [], [], [], []), pd.DataFrame(columns=["step", "start_ns", "end_ns", "end_rank"])
+        return chain_of([], [], [], [], []), pd.DataFrame(columns=["step", "start_ns", "end_ns", "end_rank"])
     step = np.concatenate([rw.steps for rw in parts]).astype(np.int64)
     rank = np.concatenate([np.full(len(rw.steps), rw.rank, np.int64) for rw in parts])
     start = np.concatenate([rw.step_start for rw in parts]).astype(np.int64)
@@ -133,11 +133,11 @@ def window_paths(win: Window, waits: pd.DataFrame) -> tuple[pd.DataFrame, pd.Dat
             for column, values in zip(rows[:4], (s_, r_, x_, y_), strict=True):
                 column.append(np.array(values, np.int64))
             rows[4].append(np.array(v_, object))
-    chain = _chain(*(np.concatenate(c) for c in rows))
+    chain = chain_of(*(np.concatenate(c) for c in rows))
     return chain, pd.DataFrame(dict(zip(["step", "start_ns", "end_ns", "end_rank"], summary, strict=True)))
 
 
-def _chain(step: Any, rank: Any, start: Any, end: Any, via: Any) -> pd.DataFrame:
+def chain_of(step: Any, rank: Any, start: Any, end: Any, via: Any) -> pd.DataFrame:
     """critical_path rows from their columns, in step order (stable: a step's stretches stay
     in time order), each step's stretches numbered from 0 (hop)."""
     g = Groups(np.asarray(step, np.int64))

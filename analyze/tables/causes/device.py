@@ -15,6 +15,10 @@ between its kernel's start and a waiter's is split exactly into three parts:
 
 The wait is split over the positive parts in proportion, as the hosts' delays are
 (:mod:`analyze.tables.causes.delays`); a pair without launches in the trace is ``unknown``.
+
+The devices' critical path (:func:`device_paths`) walks each step back as the host's critical
+path does (:func:`analyze.tables.causes.critical_path.walk`), through these waits instead of
+the main threads' idle time.
 """
 
 from __future__ import annotations
@@ -23,7 +27,9 @@ import duckdb
 import numpy as np
 import pandas as pd
 
+from analyze.tables.causes.critical_path import chain_of, walk
 from analyze.tables.causes.region_time import NO_REGION, NO_REGION_NAME, region_times
+from analyze.tables.causes.window import all_steps
 from analyze.tables.device_phases import COMM, device_activity
 from analyze.tables.steps import StepBins, top_and_rest
 
@@ -36,8 +42,8 @@ LATE_START, REGION, DEVICE_QUEUE, UNKNOWN = "late_start", "region", "device_queu
 # rank whose kernel started last (cause; the lowest rank on a tie).
 _KERNELS = """
         dc AS (
-            SELECT c.location_id, c.interval_idx, c.rank, c.comm_id, c.seq, c.enter_ns, c.leave_ns, c.wait_ns,
-                   c.last_arrival_ns, c.ranks_matched,
+            SELECT c.location_id, c.interval_idx, c.rank, c.comm_id, c.seq, c.op, c.enter_ns, c.leave_ns,
+                   c.wait_ns, c.last_arrival_ns, c.ranks_matched,
                    lag(c.leave_ns) OVER (PARTITION BY c.location_id ORDER BY c.enter_ns, c.seq) AS prev_leave_ns
             FROM collectives c JOIN locations l USING (location_id)
             WHERE l.kind = 'accelerator_stream' AND c.ranks_matched > 1
@@ -223,3 +229,40 @@ def device_wait_causes(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return pd.DataFrame({"cause_rank": out["cause_rank"].astype(int), "kind": out["kind"], "region": out["region"],
                          "ms": out["wait"] / 1e6}).sort_values(["ms", "cause_rank"], ascending=[False, True],
                                                                ignore_index=True)
+
+
+def device_paths(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    """Per step, the critical path through the accelerators' collective kernels, as
+    ``critical_path`` rows (step, hop, rank, start_ns, end_ns, duration_ns, via). Walked back
+    from the end of the step on the rank whose host step ended last (the steps' windows, as
+    device_phases uses them), a rank's stretch ends going back at the end of a wait inside one
+    of its collective kernels, where the path jumps to the rank whose kernel started last, at
+    that start; ``via`` names the kernel's op ("allreduce kernel", or "collective kernel" when
+    the trace does not say). The host's critical path cannot see these waits: on a GPU trace
+    the hosts launch and go on, and their idle time is empty. Empty without waits in
+    collective kernels."""
+    if not _has_devices(con):
+        return chain_of([], [], [], [], [])
+    waits = con.execute(f"""
+        WITH {_KERNELS}
+        SELECT w.step, w.rank, w.enter_ns, w.enter_ns + w.wait_ns AS end_ns, c.rank AS cause_rank,
+               c.enter_ns AS cause_enter_ns, coalesce(w.op, 'collective') || ' kernel' AS via
+        FROM dcs w JOIN cause c ON c.comm_id = w.comm_id AND c.seq = w.seq AND c.rank <> w.rank
+        WHERE w.wait_ns > 0
+        ORDER BY w.step
+    """).fetchall()
+    if not waits:
+        return chain_of([], [], [], [], [])
+    st = all_steps(con)
+    by_step: dict[int, dict[int, tuple[int, int]]] = {}
+    for rank, step, start, end in zip(st["rank"].tolist(), st["step"].tolist(), st["start_ns"].tolist(),
+                                      st["end_ns"].tolist(), strict=True):
+        by_step.setdefault(step, {})[rank] = (start, end)
+    of_step: dict[int, list[tuple[int, int, int, int, int, str]]] = {}
+    for step, *wait in waits:
+        of_step.setdefault(int(step), []).append(tuple(wait))  # type: ignore[arg-type]
+    hops: list[tuple[int, int, int, int, str | None]] = []
+    for step in sorted(by_step):
+        path = walk(by_step[step], of_step.get(step, []))
+        hops += [(step, r, x, y, via) for r, x, y, via in reversed(path) if y > x or len(path) == 1]
+    return chain_of(*map(list, zip(*hops, strict=True)))

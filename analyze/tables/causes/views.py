@@ -14,6 +14,7 @@ from analyze.tables.causes.device import (
     DEVICE_QUEUE,
     LATE_START,
     REGION,
+    device_paths,
     device_wait_causes,
     device_waits,
 )
@@ -130,6 +131,44 @@ def path_contributions(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                    AS "path%"
         FROM critical_path_regions GROUP BY ALL ORDER BY sum(duration_ns) DESC, rank, region, category
     """).df()
+
+
+def device_path_summary(con: duckdb.DuckDBPyConnection, limit: int | None = None,
+                        ) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The accelerators' critical path (:func:`.device.device_paths`): per step its length,
+    the ranks it runs on in time order ("3 -> 0") and the rank with the most time on it; and
+    per rank its time on the paths of all steps, largest first. With ``limit``, only the
+    ``limit`` steps whose path leaves the rank that ended them for longest (in step order).
+    Both empty without waits in collective kernels."""
+    chain = device_paths(con)
+    if chain.empty:
+        return (pd.DataFrame(columns=["step", "path_ms", "path_ranks", "path", "critical_rank", "critical_ms"]),
+                pd.DataFrame(columns=["rank", "path_ms", "path%"]))
+    on_rank = chain.groupby(["step", "rank"], as_index=False)["duration_ns"].sum()
+    top = on_rank.sort_values(["step", "duration_ns", "rank"], ascending=[True, False, True]).groupby("step").first()
+    steps = chain.groupby("step").agg(start=("start_ns", "min"), end=("end_ns", "max"), path=("rank", _hops))
+    ranks = on_rank[on_rank["duration_ns"] > 0].groupby("step").size().reindex(steps.index, fill_value=0)
+    last = chain.groupby("step").last()  # the stretch on the rank that ended the step
+    away = last["start_ns"] - steps["start"]  # the path's time on the ranks before it
+    per_step = pd.DataFrame({
+        "step": steps.index.astype(int), "path_ms": ((steps["end"] - steps["start"]) / 1e6).round(3).to_numpy(),
+        "path_ranks": ranks.to_numpy(), "path": steps["path"].to_numpy(),
+        "critical_rank": top["rank"].astype(int).to_numpy(),
+        "critical_ms": (top["duration_ns"] / 1e6).round(3).to_numpy(), "away": away.to_numpy()})
+    if limit is not None and len(per_step) > limit:
+        per_step = per_step.sort_values(["away", "step"], ascending=[False, True]).head(limit).sort_values("step")
+    per_rank = chain.groupby("rank", as_index=False)["duration_ns"].sum()
+    per_rank = per_rank.sort_values(["duration_ns", "rank"], ascending=[False, True], ignore_index=True)
+    total = per_rank["duration_ns"].sum()
+    return (per_step.drop(columns="away").reset_index(drop=True),
+            pd.DataFrame({"rank": per_rank["rank"].astype(int), "path_ms": (per_rank["duration_ns"] / 1e6).round(3),
+                          "path%": (100.0 * per_rank["duration_ns"] / total).round(1) if total else 0.0}))
+
+
+def _hops(ranks: pd.Series) -> str:
+    """A path's ranks in time order, each once per visit: "3 -> 0"."""
+    seen = [int(r) for r in ranks]
+    return " -> ".join(str(r) for i, r in enumerate(seen) if i == 0 or r != seen[i - 1])
 
 
 # --- frames for the report pages -------------------------------------------------------------
