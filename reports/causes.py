@@ -132,7 +132,9 @@ def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, 
                   per: int | None = None) -> ggplot:
     """Per step, the critical path's length split by the rank it ran on, and the step time
     perfect balance would give (black points). ``per_rank``: step, rank, ms; ``steps``: step,
-    path_ms, balanced_ms. Ranks past the ``most`` most often on the path are grouped."""
+    path_ms, balanced_ms; without balanced_ms (the accelerators' path,
+    :func:`analyze.tables.causes.views.device_path_steps`), the path alone. Ranks past the
+    ``most`` most often on the path are grouped."""
     busiest = per_rank.groupby("rank")["ms"].sum().sort_values(ascending=False).index[:most]
     names = [f"rank {r}" for r in sorted(busiest)]
     grouped = len(busiest) < per_rank["rank"].nunique()
@@ -141,22 +143,25 @@ def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, 
     df = per_rank.assign(who=pd.Categorical(who, categories=levels[::-1]))
     n = steps.get("n", 1)  # steps a row stands for (binned by the view)
     total = float((steps["path_ms"] * n).sum())
-    cost = total - float((steps["balanced_ms"] * n).sum())
     span = (int(steps["step"].min()), int(steps["step"].max())) if len(steps) and per is None else None
-    df, _ = per_bar.prepared(df, ["who"], ["ms"], per, span)
-    steps, per = per_bar.prepared(steps[["step", "path_ms", "balanced_ms"]], [], ["path_ms", "balanced_ms"], per, span)
+    df, bar = per_bar.prepared(df, ["who"], ["ms"], per, span)
+    plot = ggplot(df, aes("step", "ms", fill="who")) + geom_col(width=per_bar.width(bar))
+    if "balanced_ms" in steps:
+        cost = total - float((steps["balanced_ms"] * n).sum())
+        steps, _ = per_bar.prepared(steps[["step", "path_ms", "balanced_ms"]], [], ["path_ms", "balanced_ms"],
+                                    per, span)
+        plot += geom_point(steps, aes("step", "balanced_ms"), inherit_aes=False, shape="D", size=1.8, color="black")
+        subtitle = (f"critical path per step by the rank it runs on;\nblack: the step time perfect balance would "
+                    f"give;\nimbalance cost {cost:,.1f} of {total:,.1f} ms ({100 * cost / total if total else 0:.1f}%)")
+    else:
+        subtitle = ("the accelerators' critical path per step by the rank it runs on,\nwalked back through the "
+                    f"waits inside collective kernels;\n{total:,.1f} ms in all")
     return (
-        ggplot(df, aes("step", "ms", fill="who"))
-        + geom_col(width=per_bar.width(per))
-        + geom_point(steps, aes("step", "balanced_ms"), inherit_aes=False, shape="D", size=1.8, color="black")
+        plot
         + scale_fill_manual(values=_palette(levels, "other ranks" if grouped else None), breaks=levels)
         + per_bar.axis(df["step"])
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
-        + labs(title=label.title(),
-               subtitle=f"critical path per step by the rank it runs on;\nblack: the step time "
-                        f"perfect balance would give;\nimbalance cost {cost:,.1f} of {total:,.1f} ms "
-                        f"({100 * cost / total if total else 0:.1f}%)" + per_bar.note(per),
-               x="step", y="critical path [ms]")
+        + labs(title=label.title(), subtitle=subtitle + per_bar.note(bar), x="step", y="critical path [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, HEIGHT_IN + 0.3))
     )
@@ -218,7 +223,8 @@ def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: S
               groups: RankGroups | None = None) -> list[Page]:
     """The pages a run has data for: overlap (it communicates), root causes (some rank was
     idle), device causes (a collective kernel waited for another rank's), critical path (more
-    than one rank). ``bins``: the run's steps binned in SQL for
+    than one rank), the accelerators' critical path (more than one rank, and waits inside
+    collective kernels). ``bins``: the run's steps binned in SQL for
     the per-step bars (:func:`analyze.tables.steps.step_bins`)."""
     bins, groups = bins or step_bins(con), groups or rank_groups(con)
     pages = []
@@ -236,4 +242,7 @@ def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: S
     per_rank, balance = cause_views.path_steps(con, bins)
     if label.ranks > 1 and len(balance):
         pages.append(Page(f"{tag}-critical-path", critical_path(per_rank, balance, label, per=bins.per)))
+    on_devices, lengths = cause_views.device_path_steps(con, bins)
+    if label.ranks > 1 and len(lengths):
+        pages.append(Page(f"{tag}-device-critical-path", critical_path(on_devices, lengths, label, per=bins.per)))
     return pages

@@ -12,6 +12,7 @@ import analyze
 from analyze import views
 from analyze.tables.causes import device as device_waits
 from analyze.tables.causes import views as cause_views
+from analyze.tables.steps import StepBins
 from analyze.views import RunLabel
 from reports import causes, figures
 from reports.theme import LANE_COLORS, PHASE_COLORS
@@ -137,6 +138,32 @@ def test_device_causes_page_stacks_kernel_waiting_by_the_late_rank(tmp_path: Pat
     # the run's pages: the device causes page, and no host causes page (no host idle)
     slugs = [p.slug for p in causes.run_pages(db, "01-run", LABEL)]
     assert "01-run-device-causes" in slugs and "01-run-causes" not in slugs
+
+
+def test_device_critical_path_page_stacks_each_step_by_rank(tmp_path: Path) -> None:
+    from tests.kineto_literal import late_kernels
+
+    # late_kernels, rank 0 beginning step 1 10 us late: step 0's path runs 60 us on rank 1, then
+    # 40 us on rank 0, whose kernel waited for rank 1's; step 1's 90 us on rank 0 alone
+    db = analyze.open(late_kernels(tmp_path / "run", second_step_start=110))
+    per_rank, lengths = cause_views.device_path_steps(db)
+    assert per_rank.values.round(9).tolist() == [[0, 0, 0.04], [0, 1, 0.06], [1, 0, 0.09]]
+    assert lengths.values.round(9).tolist() == [[0, 0.1, 1], [1, 0.09, 1]]
+    plot = drawn(causes.critical_path(per_rank, lengths, LABEL))
+    data = plot.layers[0].data
+    assert sorted(zip(data["x"], (data["ymax"] - data["ymin"]).round(9), strict=True)) == [
+        (0, 0.04), (0, 0.06), (1, 0.09)]
+    assert len(plot.layers) == 1  # no perfect-balance points: the devices have no such time
+    assert plot.labels.subtitle.startswith("the accelerators' critical path") and "0.2 ms in all" in plot.labels.subtitle
+    # binned two steps a bar: the mean step of the bin
+    binned, bin_lengths = cause_views.device_path_steps(db, StepBins(0, 1, 2))
+    assert binned.values.round(9).tolist() == [[0, 0, 0.065], [0, 1, 0.03]]
+    assert bin_lengths.values.round(9).tolist() == [[0, 0.095, 2]]
+    slugs = [p.slug for p in causes.run_pages(db, "01-run", LABEL)]
+    assert "01-run-device-critical-path" in slugs
+    # a run without accelerator streams has none
+    assert "01-run-device-critical-path" not in [p.slug for p in causes.run_pages(
+        straggler_run(tmp_path / "cpu"), "01-run", LABEL)]
 
 
 def test_device_steps_page_stacks_each_step_by_device_phase(tmp_path: Path) -> None:

@@ -230,6 +230,26 @@ def path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> 
     return per_rank, steps
 
 
+def device_path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
+                      chain: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`path_steps` of the accelerators' critical path (:func:`.device.device_paths`):
+    (step, rank, ms; step, path_ms, n), no perfect-balance time. Empty without waits in
+    collective kernels."""
+    bins = bins or StepBins(0, 0, 1)
+    chain = device_paths(con) if chain is None else chain
+    if chain.empty:
+        return pd.DataFrame(columns=["step", "rank", "ms"]), pd.DataFrame(columns=["step", "path_ms", "n"])
+    con.register("device_path_rows", chain[["step", "rank", "duration_ns"]])
+    try:
+        per_rank = bins.sums(con, "device_path_rows", ["rank"], "duration_ns").sort_values(["step", "rank"],
+                                                                                           ignore_index=True)
+    finally:
+        con.unregister("device_path_rows")
+    steps = per_rank.groupby("step", as_index=False)["ms"].sum().rename(columns={"ms": "path_ms"})
+    width = [bins.per if bins.per == 1 else min(bins.per, bins.last - int(s) + 1) for s in steps["step"]]
+    return per_rank, steps.assign(n=width)
+
+
 def _part(kind: str, region: str) -> str:
     if kind == LATE_START:
         return "its host step began later"
