@@ -103,6 +103,8 @@ def run(ns: argparse.Namespace) -> int:
     if not device.empty:
         print("\nOn the accelerators (union of each rank's streams; docs/gpu.md):")
         print(device.to_string(index=False, na_rep="0.0"))
+        print("host_wait%: the main thread in a wait (cudaStreamSynchronize and the like); the hosts' phases above "
+              "count a wait for the device as compute")
     if ranks_from and ranks_from[0].startswith("file order"):
         print(f"ranks: {ranks_from[0]}")
     if horovod is not None and not horovod.empty:

@@ -178,14 +178,19 @@ def device_breakdown(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
 
 def summary(con: duckdb.DuckDBPyConnection, per: int = 1) -> pd.DataFrame:
     """Per rank with accelerator streams: steps and each device phase as a percentage of step
-    time; with ``per`` > 1 per group of consecutive ranks, as :func:`.phases.summary`."""
+    time, and ``host_wait%``: the share of step time the main thread spent in a wait
+    (HostActivity.WAIT: ``cudaStreamSynchronize`` and the like), whatever its device did, which
+    the hosts' phases count as compute unless it waits on communication; with ``per`` > 1 per
+    group of consecutive ranks, as :func:`.phases.summary`."""
     key, first, steps = rank_group_sql(per)
     found = con.execute("SELECT EXISTS (SELECT 1 FROM device_phases)").fetchone()
     if not (found and found[0]):  # most traces have no accelerator streams: no aggregation of steps
         columns = ["rank", "steps"] if per == 1 else ["ranks", "steps/rank"]
-        return pd.DataFrame(columns=[*columns, *(f"{p}%" for p in DEVICE_PHASES)])
-    ns = ", ".join(f"sum(duration_ns) FILTER (WHERE phase = '{p}') AS \"{p}\"" for p in DEVICE_PHASES)
-    pct = ", ".join(f"round(100.0 * d.\"{p}\" / nullif(s.total, 0), 1) AS \"{p}%\"" for p in DEVICE_PHASES)
+        return pd.DataFrame(columns=[*columns, *(f"{p}%" for p in DEVICE_PHASES), "host_wait%"])
+    ns = ", ".join([*(f"sum(duration_ns) FILTER (WHERE phase = '{p}') AS \"{p}\"" for p in DEVICE_PHASES),
+                    f"sum(duration_ns) FILTER (WHERE host = '{HostActivity.WAIT}') AS host_wait"])
+    pct = ", ".join(f"round(100.0 * d.\"{p}\" / nullif(s.total, 0), 1) AS \"{p}%\""
+                    for p in [*DEVICE_PHASES, "host_wait"])
     return con.execute(f"""
         WITH s AS (SELECT {key} AS g, {first}, {steps}, sum(duration_ns) AS total
                    FROM steps WHERE rank IN (SELECT rank FROM device_phases) GROUP BY ALL),

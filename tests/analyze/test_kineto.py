@@ -495,6 +495,27 @@ def test_older_and_other_layouts_count_exactly(name: str, tmp_path: Path) -> Non
         assert con.execute("SELECT source, count(*) FROM steps GROUP BY ALL").fetchall() == [("marker", steps)]
 
 
+def test_device_summary_says_how_long_the_host_waited_for_its_device(
+        kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
+    """host_wait%: the share of each rank's step its main thread spent in a wait region (in
+    DLRM's step: cudaStreamSynchronize 64 times, cudaDeviceSynchronize 8), which the hosts'
+    phases count as compute: the ranks whose devices waited for rank 7's kernels wait 8-33%."""
+    from analyze.tables import device_phases
+
+    con = kineto_db("param_dlrm_v100_8rank")
+    got = device_phases.summary(con).set_index("rank")["host_wait%"]
+    waits = dict(con.execute("""
+        SELECT i.rank, 100.0 * sum(least(i.end_ns, s.end_ns) - greatest(i.start_ns, s.start_ns)) / any_value(s.duration_ns)
+        FROM intervals i JOIN regions r USING (region_id) JOIN locations l USING (location_id)
+             JOIN steps s ON s.rank = i.rank AND i.end_ns > s.start_ns AND i.start_ns < s.end_ns
+        WHERE l.is_main AND r.category = 'wait' GROUP BY i.rank""").fetchall())
+    assert sorted(waits) == list(range(8))
+    for rank, pct in waits.items():  # the wait regions do not nest in one another here
+        assert got[rank] == pytest.approx(pct, abs=0.051)
+    assert [r for r in range(8) if got[r] > 5] == [0, 1, 3, 4, 5] and got.max() == pytest.approx(33.2, abs=0.05)
+    assert device_phases.summary(con, 4)["host_wait%"].notna().all()
+
+
 def test_groups_of_ranks_sum_their_ranks_time(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
     """`analyze phases` of many ranks prints groups of consecutive ranks: each group's phase
     shares are of the group's total step time, host and device alike."""
