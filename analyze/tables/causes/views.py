@@ -231,12 +231,12 @@ def path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> 
 
 
 def device_path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
-                      chain: pd.DataFrame | None = None) -> tuple[pd.DataFrame, pd.DataFrame]:
+                      ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`path_steps` of the accelerators' critical path (:func:`.device.device_paths`):
     (step, rank, ms; step, path_ms, n), no perfect-balance time. Empty without waits in
     collective kernels."""
     bins = bins or StepBins(0, 0, 1)
-    chain = device_paths(con) if chain is None else chain
+    chain = device_paths(con)
     if chain.empty:
         return pd.DataFrame(columns=["step", "rank", "ms"]), pd.DataFrame(columns=["step", "path_ms", "n"])
     con.register("device_path_rows", chain[["step", "rank", "duration_ns"]])
