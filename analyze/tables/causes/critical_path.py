@@ -177,6 +177,17 @@ def top_regions(regions: pd.DataFrame) -> pd.Series:
     return pd.Series(region[top], index=step[top], name="region_id")
 
 
+def who_is_on(chain: pd.DataFrame) -> pd.DataFrame:
+    """Per step of a path's stretches (``critical_path`` rows; the index): ``path_ranks``, the
+    ranks with time on it, ``critical_rank``, the one with the most (of equal times the lowest),
+    and ``critical_ns``, its time."""
+    on_path = chain.groupby(["step", "rank"], as_index=False)["duration_ns"].sum()
+    top = on_path.sort_values(["step", "duration_ns", "rank"], ascending=[True, False, True]).groupby("step").first()
+    ranks = on_path[on_path["duration_ns"] > 0].groupby("step").size()
+    return pd.DataFrame({"path_ranks": ranks.reindex(top.index, fill_value=0), "critical_rank": top["rank"],
+                         "critical_ns": top["duration_ns"]})
+
+
 def step_balance(ends: pd.DataFrame, chain: pd.DataFrame, regions: pd.DataFrame,
                  per_step: pd.DataFrame) -> pd.DataFrame:
     """The ``step_balance`` rows of a window's steps (``critical_region`` as the region_id of
@@ -185,12 +196,8 @@ def step_balance(ends: pd.DataFrame, chain: pd.DataFrame, regions: pd.DataFrame,
     busy = per_step.assign(busy=per_step["duration_ns"] - per_step["idle_ns"]).groupby("step")
     b = pd.DataFrame({"ranks": busy.size(), "slowest_rank_ns": busy["duration_ns"].max(),
                       "balanced_ns": busy["busy"].mean().round().astype(np.int64)}).reset_index()
-    on_path = chain.groupby(["step", "rank"], as_index=False)["duration_ns"].sum()
-    ranks = on_path.sort_values(["step", "duration_ns", "rank"], ascending=[True, False, True]).groupby("step")
-    top_rank = ranks.first()["rank"].rename("critical_rank")
-    path_ranks = on_path[on_path["duration_ns"] > 0].groupby("step").size().rename("path_ranks")
     top_region = top_regions(regions)
-    out = ends.merge(b, on="step").join(path_ranks, on="step").join(top_rank, on="step")
+    out = ends.merge(b, on="step").join(who_is_on(chain)[["path_ranks", "critical_rank"]], on="step")
     out["region_id"] = out["step"].map(top_region)
     out["duration_ns"] = out["end_ns"] - out["start_ns"]
     out["imbalance_ns"] = out["duration_ns"] - out["balanced_ns"]

@@ -249,7 +249,6 @@ def device_paths(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
                c.enter_ns AS cause_enter_ns, coalesce(w.op, 'collective') || ' kernel' AS via
         FROM dcs w JOIN cause c ON c.comm_id = w.comm_id AND c.seq = w.seq AND c.rank <> w.rank
         WHERE w.wait_ns > 0
-        ORDER BY w.step
     """).fetchall()
     if not waits:
         return chain_of([], [], [], [], [])
@@ -265,4 +264,4 @@ def device_paths(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     for step in sorted(by_step):
         path = walk(by_step[step], of_step.get(step, []))
         hops += [(step, r, x, y, via) for r, x, y, via in reversed(path) if y > x or len(path) == 1]
-    return chain_of(*map(list, zip(*hops, strict=True)))
+    return chain_of(*(list(column) for column in zip(*hops, strict=True))) if hops else chain_of([], [], [], [], [])

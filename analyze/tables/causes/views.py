@@ -10,6 +10,7 @@ import duckdb
 import pandas as pd
 
 from analyze.schema import CauseKind, DevicePhase
+from analyze.tables.causes.critical_path import who_is_on
 from analyze.tables.causes.device import (
     DEVICE_QUEUE,
     LATE_START,
@@ -144,17 +145,15 @@ def device_path_summary(con: duckdb.DuckDBPyConnection, limit: int | None = None
     if chain.empty:
         return (pd.DataFrame(columns=["step", "path_ms", "path_ranks", "path", "critical_rank", "critical_ms"]),
                 pd.DataFrame(columns=["rank", "path_ms", "path%"]))
-    on_rank = chain.groupby(["step", "rank"], as_index=False)["duration_ns"].sum()
-    top = on_rank.sort_values(["step", "duration_ns", "rank"], ascending=[True, False, True]).groupby("step").first()
+    who = who_is_on(chain)
     steps = chain.groupby("step").agg(start=("start_ns", "min"), end=("end_ns", "max"), path=("rank", _hops))
-    ranks = on_rank[on_rank["duration_ns"] > 0].groupby("step").size().reindex(steps.index, fill_value=0)
     last = chain.groupby("step").last()  # the stretch on the rank that ended the step
     away = last["start_ns"] - steps["start"]  # the path's time on the ranks before it
     per_step = pd.DataFrame({
         "step": steps.index.astype(int), "path_ms": ((steps["end"] - steps["start"]) / 1e6).round(3).to_numpy(),
-        "path_ranks": ranks.to_numpy(), "path": steps["path"].to_numpy(),
-        "critical_rank": top["rank"].astype(int).to_numpy(),
-        "critical_ms": (top["duration_ns"] / 1e6).round(3).to_numpy(), "away": away.to_numpy()})
+        "path_ranks": who["path_ranks"].to_numpy(), "path": steps["path"].to_numpy(),
+        "critical_rank": who["critical_rank"].astype(int).to_numpy(),
+        "critical_ms": (who["critical_ns"] / 1e6).round(3).to_numpy(), "away": away.to_numpy()})
     if limit is not None and len(per_step) > limit:
         per_step = per_step.sort_values(["away", "step"], ascending=[False, True]).head(limit).sort_values("step")
     per_rank = chain.groupby("rank", as_index=False)["duration_ns"].sum()
@@ -220,14 +219,11 @@ def path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None) -> 
     ``bins``, per mean step of each bin, n its steps."""
     bins = bins or StepBins(0, 0, 1)
     width = bins.width("b")
-    per_rank = con.execute(f"""SELECT b AS step, rank, sum(duration_ns) / 1e6 / {width} AS ms
-                               FROM (SELECT {bins.start()} AS b, rank, duration_ns FROM critical_path)
-                               GROUP BY b, rank ORDER BY step, rank""").df()
     steps = con.execute(f"""SELECT b AS step, sum(duration_ns) / 1e6 / {width} AS path_ms,
                                    sum(balanced_ns) / 1e6 / {width} AS balanced_ms, {width} AS n
                             FROM (SELECT {bins.start()} AS b, duration_ns, balanced_ns FROM step_balance)
                             GROUP BY b ORDER BY step""").df()
-    return per_rank, steps
+    return _path_per_rank(con, "critical_path", bins), steps
 
 
 def device_path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = None,
@@ -239,15 +235,23 @@ def device_path_steps(con: duckdb.DuckDBPyConnection, bins: StepBins | None = No
     chain = device_paths(con)
     if chain.empty:
         return pd.DataFrame(columns=["step", "rank", "ms"]), pd.DataFrame(columns=["step", "path_ms", "n"])
+    width = bins.width("b")
     con.register("device_path_rows", chain[["step", "rank", "duration_ns"]])
     try:
-        per_rank = bins.sums(con, "device_path_rows", ["rank"], "duration_ns").sort_values(["step", "rank"],
-                                                                                           ignore_index=True)
+        steps = con.execute(f"""SELECT b AS step, sum(duration_ns) / 1e6 / {width} AS path_ms, {width} AS n
+                                FROM (SELECT {bins.start()} AS b, duration_ns FROM device_path_rows)
+                                GROUP BY b ORDER BY step""").df()  # (a path's stretches touch end to end)
+        return _path_per_rank(con, "device_path_rows", bins), steps
     finally:
         con.unregister("device_path_rows")
-    steps = per_rank.groupby("step", as_index=False)["ms"].sum().rename(columns={"ms": "path_ms"})
-    width = [bins.per if bins.per == 1 else min(bins.per, bins.last - int(s) + 1) for s in steps["step"]]
-    return per_rank, steps.assign(n=width)
+
+
+def _path_per_rank(con: duckdb.DuckDBPyConnection, source: str, bins: StepBins) -> pd.DataFrame:
+    """step, rank, ms: the time on the path of ``source`` (critical_path rows) per step (or bin)
+    and rank."""
+    return con.execute(f"""SELECT b AS step, rank, sum(duration_ns) / 1e6 / {bins.width('b')} AS ms
+                           FROM (SELECT {bins.start()} AS b, rank, duration_ns FROM {source})
+                           GROUP BY b, rank ORDER BY step, rank""").df()
 
 
 def _part(kind: str, region: str) -> str:
