@@ -52,6 +52,24 @@ def _palette(levels: list[str], other: str | None = None) -> dict[str, str]:
     return out
 
 
+def rank_palette(figures: list[list[str]], other: str = "other ranks") -> dict[str, str]:
+    """One colour per rank label ("rank 7") across a run's pages, so that a rank looks the same on
+    each: ``figures`` are the labels each page shows, in the order of the pages. Labels are
+    coloured in the order they first appear, each with the first colour no label it shares a
+    page with has (the colours repeat past eight such labels); ``other`` is grey."""
+    out: dict[str, str] = {other: OTHER_COLOR}
+    pages: dict[str, list[int]] = {}
+    for i, labels in enumerate(figures):
+        for lv in labels:
+            pages.setdefault(lv, []).append(i)
+    for lv, on in pages.items():
+        if lv in out:
+            continue
+        near = {out[x] for i in on for x in figures[i] if x in out and x != other}
+        out[lv] = next((c for c in QUALITATIVE if c not in near), QUALITATIVE[len(near) % len(QUALITATIVE)])
+    return out
+
+
 def _facet_height(panels: int, cols: int) -> float:
     return min(9.0, HEIGHT_IN + 1.6 * (-(-panels // cols) - 1))
 
@@ -98,20 +116,27 @@ def root_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: 
                        "that made it late", "idle, all ranks [ms]")
 
 
-def device_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: int | None = None) -> ggplot:
+def device_causes(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: int | None = None,
+                  colors: dict[str, str] | None = None) -> ggplot:
     """On the accelerators: the waiting in collective kernels per step, summed over the ranks
     that waited, coloured by the rank whose kernel started last (:func:`analyze.tables.causes.
-    device.device_wait_steps`); ``lines``: the largest in words."""
+    device.device_wait_steps`); ``lines``: the largest in words; ``colors``: the run's
+    :func:`rank_palette`, if given."""
     return _cause_bars(per_step, lines, label, per, "waiting in collective kernels per step on the devices,\n"
-                       "by the rank whose kernel started last", "waiting, all devices [ms]")
+                       "by the rank whose kernel started last", "waiting, all devices [ms]", colors)
+
+
+def cause_levels(per_step: pd.DataFrame) -> list[str]:
+    """The causes a cause page shows, in its legend's order."""
+    return [str(c) for c in per_step["cause"].cat.categories] if hasattr(per_step["cause"], "cat") else \
+        list(dict.fromkeys(per_step["cause"]))
 
 
 def _cause_bars(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: int | None, subtitle: str,
-                y: str) -> ggplot:
-    causes = [str(c) for c in per_step["cause"].cat.categories] if hasattr(per_step["cause"], "cat") else \
-        list(dict.fromkeys(per_step["cause"]))
+                y: str, colors: dict[str, str] | None = None) -> ggplot:
+    causes = cause_levels(per_step)
     other = next((c for c in ("other causes", "other ranks") if c in causes), None)
-    colors = _palette(causes, other)
+    colors = colors or _palette(causes, other)
     top = textwrap.fill(lines[0], 78) if lines else ""
     per_step, per = per_bar.prepared(per_step, ["cause"], ["ms"], per)
     return (
@@ -128,18 +153,26 @@ def _cause_bars(per_step: pd.DataFrame, lines: list[str], label: RunLabel, per: 
     )
 
 
+def path_levels(per_rank: pd.DataFrame, most: int = 7) -> list[str]:
+    """The ranks a critical-path page shows (the ``most`` with the most time on the path, by
+    number), then "other ranks" if there are more."""
+    busiest = per_rank.groupby("rank")["ms"].sum().sort_values(ascending=False).index[:most]
+    grouped = len(busiest) < per_rank["rank"].nunique()
+    return [f"rank {r}" for r in sorted(busiest)] + (["other ranks"] if grouped else [])
+
+
 def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, most: int = 7,
-                  per: int | None = None) -> ggplot:
+                  per: int | None = None, colors: dict[str, str] | None = None) -> ggplot:
     """Per step, the critical path's length split by the rank it ran on, and the step time
     perfect balance would give (black points). ``per_rank``: step, rank, ms; ``steps``: step,
     path_ms, balanced_ms; without balanced_ms (the accelerators' path,
     :func:`analyze.tables.causes.views.device_path_steps`), the path alone. Ranks past the
-    ``most`` most often on the path are grouped."""
-    busiest = per_rank.groupby("rank")["ms"].sum().sort_values(ascending=False).index[:most]
-    names = [f"rank {r}" for r in sorted(busiest)]
-    grouped = len(busiest) < per_rank["rank"].nunique()
-    who = per_rank["rank"].map({r: f"rank {r}" for r in busiest}).fillna("other ranks")
-    levels = names + (["other ranks"] if grouped else [])
+    ``most`` most often on the path are grouped; ``colors``: the run's :func:`rank_palette`,
+    if given."""
+    levels = path_levels(per_rank, most)
+    grouped = levels[-1:] == ["other ranks"]
+    who = per_rank["rank"].map({r: f"rank {r}" for r in per_rank["rank"].unique()})
+    who = who.where(who.isin(levels), "other ranks")
     df = per_rank.assign(who=pd.Categorical(who, categories=levels[::-1]))
     n = steps.get("n", 1)  # steps a row stands for (binned by the view)
     total = float((steps["path_ms"] * n).sum())
@@ -158,7 +191,7 @@ def critical_path(per_rank: pd.DataFrame, steps: pd.DataFrame, label: RunLabel, 
                     f"waits inside collective kernels;\n{total:,.1f} ms in all")
     return (
         plot
-        + scale_fill_manual(values=_palette(levels, "other ranks" if grouped else None), breaks=levels)
+        + scale_fill_manual(values=colors or _palette(levels, "other ranks" if grouped else None), breaks=levels)
         + per_bar.axis(df["step"])
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle=subtitle + per_bar.note(bar), x="step", y="critical path [ms]")
@@ -236,13 +269,20 @@ def run_pages(con: duckdb.DuckDBPyConnection, tag: str, label: RunLabel, bins: S
         pages.append(Page(f"{tag}-causes", root_causes(per_step, cause_views.delay_lines(con, 2), label, bins.per)))
     inst = device_waits.device_wait_instances(con)
     device = device_waits.device_wait_steps(con, bins=bins, inst=inst)
-    if len(device) and device["ms"].sum() > 0:
-        lines = cause_views.device_wait_lines(con, 1, parts=1, inst=inst)
-        pages.append(Page(f"{tag}-device-causes", device_causes(device, lines, label, bins.per)))
+    show_device = len(device) and device["ms"].sum() > 0
     per_rank, balance = cause_views.path_steps(con, bins)
-    if label.ranks > 1 and len(balance):
-        pages.append(Page(f"{tag}-critical-path", critical_path(per_rank, balance, label, per=bins.per)))
+    show_path = label.ranks > 1 and len(balance)
     on_devices, lengths = cause_views.device_path_steps(con, bins)
-    if label.ranks > 1 and len(lengths):
-        pages.append(Page(f"{tag}-device-critical-path", critical_path(on_devices, lengths, label, per=bins.per)))
+    show_device_path = label.ranks > 1 and len(lengths)
+    # a rank has one colour on the pages that colour ranks
+    colors = rank_palette([cause_levels(device) if show_device else [], path_levels(per_rank) if show_path else [],
+                           path_levels(on_devices) if show_device_path else []])
+    if show_device:
+        lines = cause_views.device_wait_lines(con, 1, parts=1, inst=inst)
+        pages.append(Page(f"{tag}-device-causes", device_causes(device, lines, label, bins.per, colors)))
+    if show_path:
+        pages.append(Page(f"{tag}-critical-path", critical_path(per_rank, balance, label, per=bins.per, colors=colors)))
+    if show_device_path:
+        pages.append(Page(f"{tag}-device-critical-path", critical_path(on_devices, lengths, label, per=bins.per,
+                                                                       colors=colors)))
     return pages

@@ -21,6 +21,7 @@ from tests.literal import write_literal
 
 matplotlib.use("Agg")
 LABEL = RunLabel("run", "pytorch-ddp", 3, {})
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MS = 1_000_000
 
 
@@ -164,6 +165,33 @@ def test_device_critical_path_page_stacks_each_step_by_rank(tmp_path: Path) -> N
     # a run without accelerator streams has none
     assert "01-run-device-critical-path" not in [p.slug for p in causes.run_pages(
         straggler_run(tmp_path / "cpu"), "01-run", LABEL)]
+
+
+def test_a_rank_has_one_colour_on_the_pages_that_colour_ranks(tmp_path: Path) -> None:
+    # labels coloured in the order they first appear, each with the first colour none of the
+    # labels it shares a page with has: rank 4, alone on the second page, is not rank 7's
+    # colour, which it meets on the third
+    q = causes.QUALITATIVE
+    assert causes.rank_palette([["rank 7", "rank 5", "other ranks"], ["rank 4"], ["rank 4", "rank 5", "rank 7"]]) == {
+        "other ranks": causes.OTHER_COLOR, "rank 7": q[0], "rank 5": q[1], "rank 4": q[2]}
+    # ranks that never share a page may share a colour
+    assert causes.rank_palette([["rank 1"], ["rank 2"]]) == {"other ranks": causes.OTHER_COLOR, "rank 1": q[0],
+                                                            "rank 2": q[0]}
+    # param's DLRM step: rank 7 caused most of the devices' waiting (first on the device-causes
+    # page), the critical-path pages list their ranks by number (rank 4 alone on the hosts')
+    db = analyze.open(FIXTURES / "kineto" / "param_dlrm_v100_8rank", db=tmp_path / "t.duckdb")
+    pages = {p.slug.removeprefix("01-run-"): p.plot for p in causes.run_pages(db, "01-run", LABEL)}
+    scales = {slug: next(sc for sc in pages[slug].scales if "fill" in sc.aesthetics)
+              for slug in ("device-causes", "critical-path", "device-critical-path")}
+
+    def colour(slug: str, rank: str) -> str:
+        return str(scales[slug].map([rank])[0])
+
+    assert colour("device-causes", "rank 7") == q[0]  # the first cause keeps the first colour
+    for rank in ("rank 4", "rank 5", "rank 7"):
+        assert colour("device-causes", rank) == colour("device-critical-path", rank), rank
+    assert colour("critical-path", "rank 4") == colour("device-critical-path", "rank 4")
+    assert len({colour("device-critical-path", r) for r in ("rank 4", "rank 5", "rank 7")}) == 3
 
 
 def test_device_steps_page_stacks_each_step_by_device_phase(tmp_path: Path) -> None:
