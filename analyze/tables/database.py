@@ -351,7 +351,9 @@ def _run_stages(engine: Engine, paths: RunPaths, store: Store, defs: Definitions
                        step_regions=step_regions,
                        group_starts=plan.group_starts, comm_regions=stages.comm_of(categories, kinds),
                        device_locations=tuple(loc.location_id for loc in defs.locations
-                                              if loc.kind == "accelerator_stream" and not loc.is_main))
+                                              if loc.kind == "accelerator_stream" and not loc.is_main),
+                       timeline_locations=tuple(loc.location_id for loc in defs.locations
+                                                if loc.kind == "timeline" and not loc.is_main))
     stages.prepare_directories(spec)
     if spec.comm_regions:
         spec.work.write(con, stages.REGION_PATTERNS, "SELECT * FROM region_patterns", "data")

@@ -175,6 +175,10 @@ class Spec:
     comm_regions: tuple[int, ...] = ()
     named_groups: tuple[tuple[str, int], ...] = ()
     device_locations: tuple[int, ...] = ()  # accelerator streams (device phases)
+    # other tools' timelines (torch.profiler's copy of the host in --device-activity runs,
+    # Horovod's timeline): what they show is recorded elsewhere, so no communication is
+    # recognized by name there
+    timeline_locations: tuple[int, ...] = ()
     metrics: bool = False  # after the read stage: whether there are metric channels
     # DuckDB's threads in a process while this stage's tasks run there (None: its default,
     # one per core); set per stage by the driver (Engine.threads_per_task)
@@ -433,6 +437,7 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
     main_locations, main_regions = _Members(spec.main_locations), _Members(spec.main_regions)
     step_regions = _Members(spec.step_regions)
     comm_regions, device_locations = _Members(spec.comm_regions), _Members(spec.device_locations)
+    timelines = _Members(spec.timeline_locations)
     extents: list[dict[str, np.ndarray]] = []
     metric_ids: set[int] = set()
     try:
@@ -459,6 +464,8 @@ def read(bucket: tuple[int, list[tuple[int, int, int]]], spec: Spec,
                         "rank_group": spec.group_of(dev_rows["rank"])}, tag)
                 if len(comm_regions):
                     comm = comm_regions.of(rows["region_id"])
+                    if len(timelines):
+                        comm &= ~timelines.of(rows["location_id"])
                     spec.work.write_arrays(con, COMM_INTERVALS, _picked(swept, comm), tag)
             for table, raw in ((RAW_COLLECTIVES, chunk.collectives), (RAW_MESSAGES, chunk.messages),
                                (RAW_METRICS, chunk.metrics)):

@@ -197,6 +197,25 @@ def test_cpu_only_run_is_aligned_with_our_own_markers(cpu_run: Run) -> None:
     print("alignment margins (ns):", sorted(margins)[:4], json.dumps(cpu_run.info["rank_info"][0]["device_activity"]["check"]))
 
 
+@pytest.mark.slow
+def test_the_profilers_copy_of_the_host_adds_no_collectives(cpu_run: Run) -> None:
+    """The torch.profiler timelines hold gloo's and c10d's events (gloo:all_reduce on its worker
+    threads) that our hooks record already: the run's collectives are our hooks' alone, while
+    the kept Kineto files, read as a run of their own, match gloo's collectives by name."""
+    con = analyze.open(cpu_run.run_dir)
+    names = {n for (n,) in con.execute("""SELECT DISTINCT r.name FROM intervals i JOIN regions r USING (region_id)
+                                          JOIN locations l USING (location_id) WHERE l.kind = 'timeline'""").fetchall()}
+    assert "gloo:all_reduce" in names
+    assert con.execute("""SELECT count(*) FROM collectives c JOIN locations l USING (location_id)
+                          WHERE l.kind = 'timeline'""").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM communicators WHERE name LIKE 'name-only:%'").fetchone() == (0,)
+    device = analyze.open(cpu_run.run_dir / "device")
+    per_rank = device.execute("""SELECT rank, count(*) FROM collectives c JOIN communicators m USING (comm_id)
+                                 WHERE m.name = 'name-only: PyTorch gloo' AND c.op = 'allreduce'
+                                 GROUP BY rank ORDER BY rank""").fetchall()
+    assert len(per_rank) == 2 and per_rank[0][1] == per_rank[1][1] > 0, per_rank
+
+
 def test_a_rank_stopped_by_a_signal_records_why_nothing_was_imported(monkeypatch: pytest.MonkeyPatch) -> None:
     class Rec:
         meta: dict[str, object] = {}
