@@ -57,7 +57,7 @@ class Pattern:
 # Every default pattern's names contain one of these (the tests check each row's example):
 # names without any are not compared with the table at all.
 ANCHORS = ("Al::", "lbann::", "gaspi", "tarantella", "AllreduceOp::", "BarrierOp::", "nccl", "RCCL_",
-           "ccl::", "gloo::", "torch.", "c10d::", "horovod.")
+           "ccl::", "gloo:", "torch.", "c10d::", "horovod.")
 
 A, C, P, W, RT = Kind.ALLREDUCE, Kind.COLLECTIVE, Kind.P2P, Kind.WAIT, Kind.RUNTIME
 T = "<.*>"  # template arguments, as the demangled name shows them
@@ -79,6 +79,7 @@ CCL_EVENT = "; returns a ccl::event to wait on (l. 890)"
 GL = "facebookincubator/gloo@cc441984 gloo"
 TORCH = "torch 2.13.0 wheel, torch/distributed/distributed_c10d.py (pytorch/pytorch@6170845e)"
 TORCH_SO = "torch 2.13.0 wheel, torch/lib/libtorch_cpu.so (nm -DC)"
+TORCH_SO_STRINGS = "torch 2.13.0 wheel, torch/lib/libtorch_cpu.so (strings)"
 TORCH_HPP = "torch 2.13.0 wheel, torch/include/torch/csrc/distributed/c10d"
 HVD = "horovod 0.28.1 wheel, horovod/torch"
 
@@ -133,6 +134,20 @@ def _pg(names: str, kind: Kind, op: str, example: str) -> Pattern:
     return R("PyTorch c10d", rf"c10d::ProcessGroup(?:Gloo|NCCL|MPI)::(?:{names})", kind, op,
              f"{TORCH_SO}; {TORCH_HPP}/ProcessGroupNCCL.hpp:829-939, ProcessGroupMPI.hpp:154-232",
              f"c10d::ProcessGroupGloo::{example}", blocking=False)
+
+
+def _dispatch(names: str, kind: Kind, op: str, lines: str, example: str) -> Pattern:
+    # the dispatcher ops ProcessGroup's methods call (torch.profiler records them as cpu_op
+    # events): they enqueue the work on the backend and return a Work to wait on
+    return R("PyTorch c10d", rf"c10d::(?:{names})", kind, op, f"{TORCH_HPP}/ProcessGroup.hpp:{lines}",
+             f"c10d::{example}", blocking=False)
+
+
+def _gloo(names: str, kind: Kind, op: str, example: str) -> Pattern:
+    # the profiling titles of gloo's work items, recorded on the worker thread that runs the
+    # whole collective (torch.profiler: user_annotation events on a gloo thread)
+    return R("PyTorch gloo", rf"gloo:(?:{names})", kind, op, f"{TORCH_SO_STRINGS}; {TORCH_HPP}/"
+             "ProcessGroupGlooDetail.hpp:282, 398", f"gloo:{example}")
 
 
 def _hvd(names: str, kind: Kind, op: str | None, lines: str, example: str, blocking: bool = True) -> Pattern:
@@ -405,6 +420,30 @@ DEFAULTS: tuple[Pattern, ...] = (
     R("PyTorch c10d", r"c10d::Reducer::run_comm_hook", A, "allreduce", TORCH_SO, "c10d::Reducer::run_comm_hook",
       blocking=False),
     R("PyTorch c10d", r"c10d::Reducer::finalize_backward", W, "allreduce", TORCH_SO, "c10d::Reducer::finalize_backward"),
+    # --- PyTorch c10d as torch.profiler (Kineto) records it ----------------------------------
+    _dispatch("allreduce_|allreduce_coalesced_", A, "allreduce", "246, 276", "allreduce_"),
+    _dispatch("broadcast_", C, "bcast", "213", "broadcast_"),
+    _dispatch("reduce_", C, "reduce", "303", "reduce_"),
+    _dispatch("allgather_|_allgather_base_|allgather_coalesced_|allgather_into_tensor_coalesced_", C, "allgather",
+              "334, 371, 412, 444", "_allgather_base_"),
+    _dispatch("reduce_scatter_|_reduce_scatter_base_|reduce_scatter_tensor_coalesced_", C, "reduce_scatter",
+              "544, 576, 618", "reduce_scatter_"),
+    _dispatch("alltoall_base_|alltoall_", C, "alltoall", "662, 706", "alltoall_base_"),
+    _dispatch("gather_", C, "gather", "481", "gather_"),
+    _dispatch("scatter_", C, "scatter", "513", "scatter_"),
+    _dispatch("barrier|monitored_barrier_", C, "barrier", "883, 733", "barrier"),
+    _dispatch("send", P, "send", "792", "send"),
+    _dispatch("recv_|recv_any_source_", P, "recv", "816, 839", "recv_"),
+    _gloo("all_reduce|sparse_all_reduce", A, "allreduce", "all_reduce"),
+    _gloo("broadcast", C, "bcast", "broadcast"),
+    _gloo("reduce", C, "reduce", "reduce"),
+    _gloo("all_gather", C, "allgather", "all_gather"),
+    _gloo("all_to_all", C, "alltoall", "all_to_all"),
+    _gloo("gather", C, "gather", "gather"),
+    _gloo("scatter", C, "scatter", "scatter"),
+    _gloo("barrier", C, "barrier", "barrier"),
+    _gloo("send", P, "send", "send"),
+    _gloo("recv", P, "recv", "recv"),
     # --- Horovod as Score-P's Python bindings name it ----------------------------------------
     _hvd("allreduce|allreduce_|grouped_allreduce|grouped_allreduce_", A, "allreduce", "215, 296, 444, 529", "allreduce"),
     _hvd("allreduce_async|allreduce_async_|grouped_allreduce_async|grouped_allreduce_async_|sparse_allreduce_async|"

@@ -42,10 +42,14 @@ THREAD_PARADIGMS = {"openmp", "pthread", "winthread", "qtthread", "acethread", "
 KIND_CATEGORY = {Kind.ALLREDUCE: Category.COLLECTIVE, Kind.COLLECTIVE: Category.COLLECTIVE,
                  Kind.P2P: Category.P2P, Kind.WAIT: Category.WAIT, Kind.RUNTIME: Category.RUNTIME,
                  Kind.COMPUTE: Category.FUNCTION}
-# What PyTorch's profiler (Kineto) names steps, data loading, optimizer steps and the runtime
-# calls that block the host until the device is done.
+# What PyTorch's profiler (Kineto) names steps, data loading, optimizer steps, the data-parallel
+# wrappers' forward (torch 2.13.0: nn/parallel/distributed.py:1885, data_parallel.py:173), the
+# autograd engine's backward ops (libtorch_cpu.so) and the runtime calls that block the host
+# until the device is done.
 KINETO_NAMES = (
     (re.compile(r"ProfilerStep#\d+"), Category.STEP),
+    (re.compile(r"(Distributed)?DataParallel\.forward"), Category.FORWARD),
+    (re.compile(r"autograd::engine::evaluate_function: .*"), Category.BACKWARD),
     (re.compile(r"enumerate\(DataLoader\)#.*"), Category.DATALOADER),
     (re.compile(r"Optimizer\.step#.*"), Category.OPTIMIZER),
     (re.compile(r"(cuda|hip)(Device|Stream|Event)Synchronize"), Category.WAIT),

@@ -534,3 +534,141 @@ def test_groups_of_ranks_sum_their_ranks_time(kineto_db: Callable[[str], duckdb.
                 assert row[f"{p}%"] == pytest.approx(round(100 * ns / total, 1), abs=0.051), (table, g, p)
         per_rank = summary(con)
         assert list(per_rank["rank"]) == list(range(8))
+
+
+# -- CPU runs: gloo collectives on worker threads -----------------------------------------
+GLOO_THREAD = 77
+
+
+def gloo_ranks(directory: Path) -> Path:
+    """One DDP step of 100 us per rank on the CPU. Rank 0: forward [0, 20), backward [20, 40)
+    with DDP's ``c10d::allreduce_`` call [35, 38) in it (it only enqueues), gloo's worker thread
+    runs the allreduce [38, 90) while the main thread, after backward, waits outside any op;
+    optimizer [90, 100). Rank 1 is slow before backward: forward [0, 20), nothing recorded
+    [20, 60), backward [60, 75) with its call [72, 74) and gloo's allreduce [74, 90)."""
+    bwd = "autograd::engine::evaluate_function: AddmmBackward0"
+    gloo = dict(cat="user_annotation", tid=GLOO_THREAD)
+    common = [step(1, 0, 100), cpu("DistributedDataParallel.forward", 0, 20, cat="user_annotation"),
+              cpu("Optimizer.step#SGD.step", 90, 100, cat="user_annotation")]
+    write_rank(directory, 0, [*common, cpu(bwd, 20, 40), cpu("c10d::allreduce_", 35, 38),
+                              cpu("gloo:all_reduce", 38, 90, **gloo)])
+    write_rank(directory, 1, [*common, cpu(bwd, 60, 75), cpu("c10d::allreduce_", 72, 74),
+                              cpu("gloo:all_reduce", 74, 90, **gloo)])
+    return directory
+
+
+def phases_us(con: duckdb.DuckDBPyConnection, rank: int) -> dict[str, int]:
+    rows = con.execute("SELECT phase, sum(duration_ns) FROM phases WHERE rank = ? GROUP BY phase", [rank]).fetchall()
+    return {p: int(ns) // US for p, ns in rows if ns}
+
+
+def test_gloo_collectives_on_worker_threads_are_matched_and_waited_for(tmp_path: Path) -> None:
+    con = analyze.open(gloo_ranks(tmp_path / "run"), db=tmp_path / "t.duckdb")
+    # gloo's allreduces match across ranks (one group, by order); rank 0 entered 36 us early
+    rows = con.execute("""SELECT rank, seq, op, is_async, wait_ns, transfer_ns, bytes_sent FROM collectives c
+                          JOIN communicators USING (comm_id) ORDER BY rank""").fetchall()
+    assert rows == [(0, 0, "allreduce", True, 36 * US, 16 * US, None), (1, 0, "allreduce", True, 0, 16 * US, None)]
+    # the c10d calls only enqueue: their own time is allreduce, they are not matched
+    # rank 0: forward 20 + backward 15 + 2 (the gloo allreduce hidden under backward) + optimizer
+    # 10; allreduce 3 (the call) + 16; idle [40, 74) waiting for rank 1 after backward
+    assert phases_us(con, 0) == {"compute": 47, "allreduce": 19, "idle": 34}
+    # rank 1: the 40 us before backward are its own (compute); nobody is late for it
+    assert phases_us(con, 1) == {"compute": 83, "allreduce": 17}
+    regions = dict(con.execute("SELECT name, category FROM regions").fetchall())
+    assert regions["DistributedDataParallel.forward"] == "forward"
+    assert regions["autograd::engine::evaluate_function: AddmmBackward0"] == "backward"
+    assert regions["c10d::allreduce_"] == regions["gloo:all_reduce"] == "collective"
+
+
+def _gloo_fixture_facts() -> dict[int, list[tuple[int, int, str]]]:
+    """Per rank (distributedInfo.rank), the (start, end, name) of its gloo:* events in ns from the
+    earliest slice of any rank (baseTimeNanoseconds + ts), in start order, from the raw JSON
+    with the standard library."""
+    import gzip
+
+    raw: dict[int, list[tuple[int, int, str]]] = {}
+    first = []
+    for f in sorted((KINETO_FIXTURES / "torch_gloo_ddp_cpu").glob("*.json.gz")):
+        doc = json.loads(gzip.decompress(f.read_bytes()))
+        base = doc["baseTimeNanoseconds"]
+        ns = [(base + round(e["ts"] * US), base + round((e["ts"] + e["dur"]) * US), e["name"])
+              for e in doc["traceEvents"] if e.get("ph") == "X"]
+        first.append(min(a for a, _, _ in ns))
+        raw[doc["distributedInfo"]["rank"]] = sorted(e for e in ns if e[2].startswith("gloo:"))
+    t0 = min(first)
+    return {rank: [(a - t0, b - t0, name) for a, b, name in v] for rank, v in raw.items()}
+
+
+def test_a_real_cpu_gloo_ddp_trace_shows_the_straggler(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
+    # tests/fixtures/kineto/torch_gloo_ddp_cpu: torch 2.13.0, 2 ranks, rank 1 sleeps 25 ms per step
+    # before backward; before gloo's worker-thread collectives were recognized every rank was
+    # 100% compute. Each rank: DDP's 2 broadcasts, then 2 allreduces a step (DDP's bucket, the
+    # metric), on gloo's two worker threads, matched in start order.
+    con = kineto_db("torch_gloo_ddp_cpu")
+    facts = _gloo_fixture_facts()
+    assert [[name for *_, name in v] for v in facts.values()] == [["gloo:broadcast"] * 2 + ["gloo:all_reduce"] * 6] * 2
+    got = con.execute("""SELECT rank, seq, r.name, enter_ns, leave_ns, wait_ns FROM collectives
+                         JOIN regions r USING (region_id) ORDER BY rank, seq""").fetchall()
+    assert len(got) == 16
+    for rank, seq, name, enter, leave, wait in got:
+        start, end, raw_name = facts[rank][seq]
+        # microseconds with nanosecond decimals (float): within 2 ns
+        assert name == raw_name and abs(enter - start) <= 2 and abs(leave - end) <= 2
+        if name == "gloo:all_reduce":  # a broadcast's root is unknown: no waiting
+            other = facts[1 - rank][seq][0]
+            assert abs(wait - min(max(other - start, 0), end - start)) <= 4
+    # rank 0 waits for rank 1's sleep in every step; rank 1 waits for nobody
+    per_step = con.execute("""SELECT rank, step, sum(duration_ns) FILTER (WHERE phase = 'idle') / 1e6
+                              FROM phases GROUP BY ALL ORDER BY ALL""").fetchall()
+    assert len(per_step) == 6
+    assert all(idle > 20 for rank, _, idle in per_step if rank == 0), per_step
+    assert all((idle or 0) < 1 for rank, _, idle in per_step if rank == 1), per_step
+
+
+@pytest.mark.slow
+def test_a_fresh_torch_profiler_run_on_gloo_shows_its_straggler(tmp_path: Path) -> None:
+    """The fixture's script, run now with this machine's torch: rank 1 sleeps 40 ms a step."""
+    import subprocess
+    import sys
+
+    script = KINETO_FIXTURES / "torch_gloo_ddp_cpu" / "make_trace.py"
+    subprocess.run([sys.executable, str(script), str(tmp_path / "run"), "--straggle-ms", "40"],
+                   check=True, capture_output=True, timeout=300)
+    con = analyze.open(tmp_path / "run", db=tmp_path / "t.duckdb")
+    assert con.execute("SELECT count(DISTINCT rank), count(*) FROM steps").fetchall() == [(2, 6)]
+    per_rank = dict(con.execute("""SELECT rank, count(*) FROM collectives WHERE op = 'allreduce'
+                                   GROUP BY rank""").fetchall())
+    assert per_rank == {0: 6, 1: 6}  # DDP's bucket and the metric in each of 3 steps
+    idle = dict(con.execute("""SELECT rank, coalesce(sum(duration_ns) FILTER (WHERE phase = 'idle'), 0) / 3e6
+                               FROM phases GROUP BY rank""").fetchall())
+    assert idle[0] > 25 and idle[1] < 0.25 * idle[0], idle  # ms per step
+
+
+def test_htas_cpu_only_trace_shows_its_gloo_allreduces(kineto_db: Callable[[str], duckdb.DuckDBPyConnection]) -> None:
+    # HTA's tests/data/cpu_only: rank 34 of a 300-rank gloo job, one ProfilerStep with no operator
+    # on the main thread but 4 aten::empty at its end, 10 gloo:all_reduce on two worker threads.
+    # Alone in the trace, the rank waits for nobody: the step is allreduce wherever one of them
+    # runs (the union, from the raw JSON) and compute elsewhere.
+    import gzip
+
+    (path,) = (KINETO_FIXTURES / "hta_cpu_only").glob("*.json.gz")
+    doc = json.loads(gzip.decompress(path.read_bytes()))
+    xs = [e for e in doc["traceEvents"] if e.get("ph") == "X"]
+
+    def ns(us: float) -> int:
+        return round(us * US)
+    (step_ev,) = [e for e in xs if e["name"].startswith("ProfilerStep#")]
+    lo, hi = ns(step_ev["ts"]), ns(step_ev["ts"] + step_ev["dur"])
+    gloo = sorted((ns(e["ts"]), ns(e["ts"] + e["dur"])) for e in xs if e["name"] == "gloo:all_reduce")
+    assert len(gloo) == 10
+    union, end = 0, lo
+    for a, b in gloo:
+        a, b = max(a, end), min(b, hi)
+        if b > a:
+            union, end = union + b - a, b
+    con = kineto_db("hta_cpu_only")
+    assert con.execute("SELECT count(*), count(DISTINCT location_id), bool_and(op = 'allreduce'), max(wait_ns) "
+                       "FROM collectives").fetchone() == (10, 2, True, 0)
+    got = dict(con.execute("SELECT phase, duration_ns FROM phases WHERE duration_ns > 0").fetchall())
+    assert set(got) == {"allreduce", "compute"}
+    assert abs(got["allreduce"] - union) <= 10 and abs(sum(got.values()) - (hi - lo)) <= 2, (got, union, hi - lo)
