@@ -13,8 +13,9 @@ from enum import StrEnum
 from traceio.records import Device
 
 # 2: metrics and energy tables; 3: the device, Kineto and cause tables; 4: tables stored as
-# Parquet under RUN/tables, views in the database (older databases are rebuilt)
-SCHEMA_VERSION = 5
+# Parquet under RUN/tables, views in the database (older databases are rebuilt); 6:
+# regions.pattern_blocking, and torch.profiler's gloo and c10d names classified
+SCHEMA_VERSION = 6
 
 
 class Phase(StrEnum):
@@ -144,6 +145,9 @@ REGIONS = _t(
     ("rule", "VARCHAR", "Rule: why the region got its category (marker, measurement, paradigm, "
      "role, pattern, default)"),
     ("pattern", "VARCHAR", "the first matching pattern as 'library: pattern' (rule = pattern)"),
+    ("pattern_blocking", "BOOLEAN", "for a region a pattern classified (rule = pattern): whether its "
+     "calls complete what they do (true) or only start it, as a non-blocking start or a call "
+     "enqueueing on a GPU stream (false; docs/patterns.md); NULL otherwise"),
 )
 
 INTERVALS = _t(

@@ -698,7 +698,7 @@ def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: Patte
         categories[r.region_id] = str(c.category)
         regions.append((r.region_id, r.name, r.canonical_name, r.paradigm, r.role, str(c.category),
                         r.source_file, r.begin_line, c.match_name, c.op, str(c.rule),
-                        c.pattern.label if c.pattern else None))
+                        c.pattern.label if c.pattern else None, c.pattern.blocking if c.pattern else None))
         if c.pattern is not None:
             by_pattern.append((r.region_id, c.pattern.library, str(c.pattern.kind), c.pattern.blocking))
     con.execute("CREATE TEMP TABLE region_patterns (region_id BIGINT, library VARCHAR, kind VARCHAR, blocking BOOLEAN)")

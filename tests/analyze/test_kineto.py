@@ -574,6 +574,11 @@ def test_gloo_collectives_on_worker_threads_are_matched_and_waited_for(tmp_path:
     assert phases_us(con, 0) == {"compute": 47, "allreduce": 19, "idle": 34}
     # rank 1: the 40 us before backward are its own (compute); nobody is late for it
     assert phases_us(con, 1) == {"compute": 83, "allreduce": 17}
+    # why rank 0 waited: rank 1's 40 us outside any op in its step (the step's own time), the
+    # one region in which it took longer; the c10d calls only start the allreduce, so the
+    # synchronization intervals run from the step starts, not from those calls' ends
+    assert con.execute("SELECT rank, cause_rank, cause_kind, cause_region, excess_ns, idle_ns FROM delays"
+                       ).fetchall() == [(0, 1, "region", "ProfilerStep#1", 40 * US, 34 * US)]
     regions = dict(con.execute("SELECT name, category FROM regions").fetchall())
     assert regions["DistributedDataParallel.forward"] == "forward"
     assert regions["autograd::engine::evaluate_function: AddmmBackward0"] == "backward"

@@ -137,10 +137,13 @@ def _main_intervals(con: duckdb.DuckDBPyConnection, t0: int, t1: int) -> dict[st
                                ELSE {NAMED_WAIT_OTHER_KIND} END
                         WHEN category = '{Category.WAIT}' THEN {WAIT_KIND}
                         WHEN category IN {listed(PER_SAMPLE)} THEN {PER_SAMPLE_KIND}
-                        ELSE {OTHER_KIND} END AS kind
+                        ELSE {OTHER_KIND} END AS kind,
+                   -- a call that only starts its operation (a non-blocking start, an enqueue on
+                   -- a GPU stream) synchronizes nothing
+                   coalesce(NOT pattern_blocking, false) AS starts
             FROM regions
         )
-        SELECT i.rank, i.idx, i.start_ns, i.end_ns, k.kind
+        SELECT i.rank, i.idx, i.start_ns, i.end_ns, k.kind, k.starts::BIGINT AS starts
         FROM intervals i JOIN kinds k USING (region_id)
         WHERE i.location_id IN (SELECT location_id FROM locations WHERE is_main)
           AND k.kind <> {OTHER_KIND} AND i.end_ns >= $lo AND i.start_ns <= $hi
@@ -244,7 +247,7 @@ def _rank_window(rank: int, st: dict[str, np.ndarray], segs: dict[str, np.ndarra
     step_start = st["start_ns"]
     step_end = st["end_ns"]
     bounds, codes, _ = phases.elementary(segs["start"], segs["end"], segs["level"], step_start, step_end)
-    blocking = np.sort(m["end_ns"][np.isin(m["kind"], BLOCKING_KINDS)])
+    blocking = np.sort(m["end_ns"][np.isin(m["kind"], BLOCKING_KINDS) & (m["starts"] == 0)])
     ps = m["kind"] == PER_SAMPLE_KIND
     per_sample = coverage(bounds, m["start_ns"][ps], m["end_ns"][ps]) > 0
     step_of = step_index(bounds[:-1], step_start, step_end) if len(bounds) > 1 else np.zeros(0, np.int64)
