@@ -469,7 +469,8 @@ CHROME_EVENTS = _t(
     ("idx", "BIGINT", "interval (intervals.idx)"),
     ("cat", "VARCHAR", "the event's cat (kernel, cpu_op, cuda_runtime, ...); NULL if absent"),
     ("args", "JSON", "its args as written (NCCL: Collective name, In msg nelems, dtype, ...)"),
-    ("extra", "JSON", "any other keys of the event"),
+    ("extra", "JSON", "any other keys of the event; name: the name as written where the region's "
+     "name leaves out a Python object's address (with_stack's '<built-in method get of dict object at 0x7fd6...>')"),
     ("own_end_ns", "BIGINT", "where its exclusive time ends, when a later slice that only partly overlaps it "
      "(or an enclosing slice) starts before its end_ns: the overlap is that slice's time; NULL otherwise"),
 )

@@ -226,6 +226,17 @@ def role(s: Slice, op: str | None = None) -> str:
     return "function"
 
 
+# a Python object's address in a profiler name (with_stack's "<built-in method get of dict
+# object at 0x7fd67404ebc0>"): different in every process, so one function would be a region
+# of its own on every rank
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+(?=>)")
+
+
+def region_name(name: str) -> str:
+    """The name a slice's region goes by: ``name`` without Python object addresses."""
+    return _ADDRESS.sub("", name) if " at 0x" in name else name
+
+
 def is_step(s: Slice) -> bool:
     return STEP_NAME.fullmatch(s.name) is not None and not is_device(s)
 

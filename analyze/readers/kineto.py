@@ -9,6 +9,9 @@ so. How the events become rows (the rules are in :mod:`traceio.kineto`):
 
 - locations: each rank's main thread (index 0), its other CPU threads, timelines (Kineto's
   own spans) and accelerator streams (``GPU <pid> stream <tid>``), in that order;
+- regions: one per name and role, the name without Python object addresses (``with_stack``'s
+  ``<built-in method get of dict object at 0x7fd6...>`` is ``... dict object>`` on every rank;
+  the name as written stays in ``chrome_events.extra``);
 - intervals: every slice with its recorded times, nested per track (a slice that only partly
   overlaps the one before it is its sibling, not its child; counted in build_info as
   ``chrome_partial_overlaps``); the overlap is the later slice's time, as on a call stack: the
@@ -207,14 +210,16 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                 args, from_cpu = kineto.collective_args(s, comms_args) if is_coll else (s.args, False)
                 counts["collective_kernels_with_args_of_record_param_comms"] += from_cpu
                 op = kineto.collective_op(s, args) if is_coll else None
-                key = (s.name, kineto.role(s, op))
+                name = kineto.region_name(s.name)
+                key = (name, kineto.role(s, op))
                 rid = regions.get(key)
                 if rid is None:
                     rid = regions[key] = len(defs.regions)
-                    defs.regions.append(RegionDef(rid, s.name, s.name, "user", key[1], None, None))
+                    defs.regions.append(RegionDef(rid, name, name, "user", key[1], None, None))
                 iv.append((loc, rank, pos, track.parent[pos], track.depth[pos], rid,
                            s.start_ns - off, s.end_ns - off, s.truncated, exclusive[pos]))
-                ev.append((loc, pos, s.cat, _json(s.args), _json(s.extra),
+                extra = s.extra if name == s.name else {**(s.extra or {}), "name": s.name}  # as written
+                ev.append((loc, pos, s.cat, _json(s.args), _json(extra),
                            own[pos] - off if own[pos] < s.end_ns else None))
                 if is_coll:
                     group = kineto.process_group(args, info)

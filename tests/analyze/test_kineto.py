@@ -677,3 +677,33 @@ def test_htas_cpu_only_trace_shows_its_gloo_allreduces(kineto_db: Callable[[str]
     got = dict(con.execute("SELECT phase, duration_ns FROM phases WHERE duration_ns > 0").fetchall())
     assert set(got) == {"allreduce", "compute"}
     assert abs(got["allreduce"] - union) <= 10 and abs(sum(got.values()) - (hi - lo)) <= 2, (got, union, hi - lo)
+
+
+def test_python_functions_are_one_region_on_every_rank_whatever_their_address(tmp_path: Path) -> None:
+    # with_stack writes built-in methods with their object's address, different in each process
+    from analyze.export import chrome as export
+
+    def method(address: str) -> str:
+        return f"<built-in method run_backward of torch._C._EngineBase object at {address}>"
+
+    for rank, address in ((0, "0x7fd691c6fa00"), (1, "0x7f1099f6c3d0")):
+        write_rank(tmp_path / "run", rank, [step(1, 0, 100), cpu(method(address), 10, 60, cat="python_function")])
+    con = analyze.open(tmp_path / "run", db=tmp_path / "t.duckdb")
+    assert con.execute("SELECT DISTINCT r.name FROM intervals i JOIN regions r USING (region_id) "
+                       "WHERE r.name LIKE '<built-in%'").fetchall() == [
+        ("<built-in method run_backward of torch._C._EngineBase object>",)]
+    # the names as written are kept, and exported again
+    assert con.execute("SELECT e.extra->>'name' FROM chrome_events e JOIN locations l USING (location_id) "
+                       "WHERE e.cat = 'python_function' ORDER BY l.rank").fetchall() == [
+        (method("0x7fd691c6fa00"),), (method("0x7f1099f6c3d0"),)]
+    files = export.export(con, tmp_path / "out")
+    written = sorted(e["name"] for f in files for e in json.loads(gzip_text(f))["traceEvents"]
+                     if e.get("cat") == "python_function")
+    assert written == sorted([method("0x7fd691c6fa00"), method("0x7f1099f6c3d0")])
+
+
+def gzip_text(path: Path) -> str:
+    import gzip
+
+    data = path.read_bytes()
+    return (gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data).decode()
