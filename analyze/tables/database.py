@@ -700,8 +700,8 @@ def _definitions(con: duckdb.DuckDBPyConnection, defs: Definitions, names: Patte
                         r.source_file, r.begin_line, c.match_name, c.op, str(c.rule),
                         c.pattern.label if c.pattern else None, c.pattern.blocking if c.pattern else None))
         if c.pattern is not None:
-            by_pattern.append((r.region_id, c.pattern.library, str(c.pattern.kind), c.pattern.blocking))
-    con.execute("CREATE TEMP TABLE region_patterns (region_id BIGINT, library VARCHAR, kind VARCHAR, blocking BOOLEAN)")
+            by_pattern.append((r.region_id, c.pattern.library, str(c.pattern.kind)))
+    con.execute("CREATE TEMP TABLE region_patterns (region_id BIGINT, library VARCHAR, kind VARCHAR)")
     _insert(con, "region_patterns", by_pattern)
     # many through a typed DataFrame (8,192 locations), a few as literal rows
     for table, rows in (

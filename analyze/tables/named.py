@@ -64,7 +64,7 @@ def outer_instances() -> str:
     with ``encloses_record`` (over views comm_intervals: location_id, rank, idx, start_ns,
     end_ns, region_id of the instances of COMM regions; raw_collectives; regions;
     region_patterns). Columns: location_id, rank, idx, start_ns, end_ns, region_id, op (the
-    region's pattern op), library, kind, blocking, encloses_record."""
+    region's pattern op), library, kind, blocking (regions.pattern_blocking), encloses_record."""
     # Instances on a location nest properly and enter in idx order, so an instance entered
     # earlier that is still open when X starts encloses X, and the instances entered after X
     # that start before X ends are inside it: two window functions instead of range joins
@@ -85,7 +85,7 @@ def outer_instances() -> str:
             FROM rec ANTI JOIN comm_intervals ci ON ci.location_id = rec.location_id AND ci.idx = rec.idx
         ),
         w AS (
-            SELECT iv.*, rp.library, rp.kind, rp.blocking, r.pattern_op AS op,
+            SELECT iv.*, rp.library, rp.kind, r.pattern_blocking AS blocking, r.pattern_op AS op,
                    max(end_ns) OVER (PARTITION BY location_id ORDER BY idx
                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS open_until,
                    min(CASE WHEN has_record THEN start_ns END) OVER (

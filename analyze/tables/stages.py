@@ -122,8 +122,7 @@ EXTENTS = table_of("extents", {"rank": np.int32, "start_ns": np.int64, "end_ns":
 # Name-only communication (only when a name pattern matched a communication region): what the
 # driver knows of the pattern-classified regions, each read task's instances of communication
 # regions, and the name-only collectives it found, for the groups of ranks to match.
-REGION_PATTERNS = table_of("region_patterns", {"region_id": np.int64, "library": object, "kind": object,
-                                               "blocking": np.bool_})
+REGION_PATTERNS = table_of("region_patterns", {"region_id": np.int64, "library": object, "kind": object})
 COMM_INTERVALS = table_of("comm_intervals", {"location_id": np.int64, "rank": np.int32, "idx": np.int64,
                                              "start_ns": np.int64, "end_ns": np.int64, "region_id": np.int64})
 NAMED = Table("named", "", (
