@@ -85,7 +85,7 @@ def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel, per: in
     groups = groups or RankGroups(1, 0)  # with groups, "rank" is a group's first rank
     shares = ratios["overlap"].dropna()
     if len(shares) > 4:  # a sentence per rank would not fit
-        said = f"\n{100 * shares.min():.0f}-{100 * shares.max():.0f}% by rank (median {100 * shares.median():.0f}%)"
+        said = f"{100 * shares.min():.0f}-{100 * shares.max():.0f}% by rank (median {100 * shares.median():.0f}%)"
     else:
         said = ", ".join(f"rank {r}: {100 * v:.0f}%" for r, v in zip(ratios["rank"], ratios["overlap"], strict=True)
                          if pd.notna(v))
@@ -101,7 +101,8 @@ def overlap(steps: pd.DataFrame, summary: pd.DataFrame, label: RunLabel, per: in
                             labels=["hidden under compute", "exposed (communication, idle)"])
         + scale_y_continuous(expand=(0, 0, 0.05, 0))
         + labs(title=label.title(), subtitle="communication per step, all lanes"
-               + (f"; hidden over the run: {said}" if said else "") + per_bar.note(per) + groups.note(), x="step",
+               + (f"; hidden over the run:\n{said}" if said else "")  # a line of its own, to fit the page
+               + per_bar.note(per) + groups.note(), x="step",
                y="communication [ms]")
         + theme_dltrace()
         + theme(figure_size=(WIDTH_IN, _facet_height(n, cols)))
