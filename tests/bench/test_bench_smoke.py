@@ -57,8 +57,11 @@ def test_perrank(tmp_path: Path) -> None:
 
 def test_scale_ratios(tmp_path: Path) -> None:
     out = bench("bench.scale", "ratios", "--events", "20k", "--python-events", "5k", "--rounds", "1",
-                "--cache", str(tmp_path))
+                "--ours-runs", "3", "--cache", str(tmp_path))
     assert "analyze phases (native, local)" in out and "otf2 Python API, extrapolated" in out
+    assert re.search(r"analyze phases \(native, local\) +20,160 +1x3 ", out)  # a round's median of 3 runs
+    assert out.count("  ours: 20,160 events") == 3
+    assert re.search(r"Ours with one run per round \(the round's first of 3\).*: [\d.]+x otf2 Python API", out)
     assert "matching across ranks" in out and "x ours per round" in out
     assert "OTF2 library decoding alone (no rows)" in out
     assert re.search(r"if everything after its decoding were free .*: \d+x otf2 Python API", out)
