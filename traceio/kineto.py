@@ -21,6 +21,12 @@ themselves (tests/fixtures/kineto/README.md has real examples):
   with its External id.
 - Bytes: ``In msg nelems`` (``Out msg nelems``) x the size of ``dtype``; None when an arg is
   missing or the dtype is unknown.
+- On the CPU (gloo), a collective is a ``gloo:<op>`` slice on a CPU thread: the profiling title
+  of the work item that one of gloo's worker threads runs from start to end (``gloo:all_reduce``,
+  ``gloo:broadcast``, ...; ``gloo:send``/``recv`` are point-to-point, not collectives). Its bytes
+  are its input tensors' (``Input Dims`` x the size of each ``Input type``), which torch.profiler
+  writes only with ``record_shapes=True``; out bytes only for allreduce, broadcast and barrier
+  (every rank ends with as many as it gave). No process group is named.
 - Process group: ``Process Group Name`` with ``Process Group Ranks`` (a string "[0, 1]"), or
   the ranks of that group in ``distributedInfo.pg_config``; without a name, None (the caller
   uses a default group of all ranks).
@@ -64,6 +70,23 @@ DTYPE_BYTES = {
     "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
     "UInt16": 2, "UInt32": 4, "UInt64": 8,
 }
+
+# tensors' element types as ``record_shapes`` writes them (``Input type``: caffe2's TypeMeta
+# names, read from torch 2.13.0's profiler on Linux for every dtype) -> bytes per element
+TYPE_META_BYTES = {
+    "float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "int": 4, "long int": 8, "short int": 2,
+    "signed char": 1, "unsigned char": 1, "bool": 1, "c10::complex<float>": 8, "c10::complex<double>": 16,
+    "c10::complex<c10::Half>": 4, "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1, "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1, "short unsigned int": 2, "unsigned int": 4, "long unsigned int": 8,
+}
+
+# gloo's profiling titles (``strings`` of torch 2.13.0's libtorch_cpu.so) -> OTF2's operation
+# names; gloo:send and gloo:recv are point-to-point
+GLOO_PREFIX = "gloo:"
+GLOO_OPS = {"all_reduce": "allreduce", "sparse_all_reduce": "allreduce", "broadcast": "bcast", "reduce": "reduce",
+            "all_gather": "allgather", "all_to_all": "alltoall", "gather": "gather", "scatter": "scatter",
+            "barrier": "barrier"}
+_SAME_OUT = ("allreduce", "bcast", "barrier")  # every rank ends with as many bytes as it gave
 
 # c10d operation names (``Collective name``, lower case, without "_") and NCCL kernel name
 # parts -> OTF2's operation names (what the ``collectives`` table says)
@@ -113,9 +136,43 @@ def is_collective_kernel(s: Slice) -> bool:
     return is_kernel(s) and s.name[:4].lower() in ("nccl", "rccl")
 
 
+def is_gloo_collective(s: Slice) -> bool:
+    """A gloo collective's work item on the CPU thread that runs it (not on the device, not
+    point-to-point)."""
+    return s.name.startswith(GLOO_PREFIX) and s.name[len(GLOO_PREFIX):] in GLOO_OPS and not is_device(s)
+
+
+def gloo_payload(s: Slice) -> tuple[int | None, int | None]:
+    """(bytes in, bytes out) of a gloo collective from its input tensors' shapes and element
+    types (``record_shapes``); None where unknown: no shapes recorded, an unknown type, or out
+    for an operation whose output size differs by rank or root."""
+    args = s.args or {}
+    dims, types = args.get("Input Dims"), args.get("Input type")
+    if not isinstance(dims, list) or not isinstance(types, list) or len(dims) != len(types):
+        return None, None
+    total = 0
+    for shape, kind in zip(dims, types, strict=True):
+        size = TYPE_META_BYTES.get(kind) if isinstance(kind, str) else None
+        if size is None or not isinstance(shape, list) or not all(_int(d) is not None and d >= 0 for d in shape):
+            return None, None
+        n = 1
+        for d in shape:
+            n *= d
+        total += n * size
+    return total, total if GLOO_OPS[s.name[len(GLOO_PREFIX):]] in _SAME_OUT else None
+
+
+def collective_role(op: str | None) -> str:
+    """The region role (traceio.records.Role values) of a collective performing ``op``."""
+    return _ROLE_OF_OP.get(op or "", "coll_all2all" if op else "coll_other")
+
+
 def collective_op(s: Slice, args: dict[str, Any] | None = None) -> str | None:
-    """OTF2's name of the operation a collective kernel performs, or None if unknown; from
-    ``args`` (default the kernel's own, see :func:`collective_args`), else its name."""
+    """OTF2's name of the operation a collective kernel (or gloo work item) performs, or None
+    if unknown; from ``args`` (default the kernel's own, see :func:`collective_args`), else its
+    name."""
+    if s.name.startswith(GLOO_PREFIX):
+        return GLOO_OPS.get(s.name[len(GLOO_PREFIX):])
     name = ((s.args if args is None else args) or {}).get("Collective name")
     if isinstance(name, str):
         op = _OPS.get(re.sub(r"[^a-z]", "", name.lower()))
@@ -218,7 +275,7 @@ def process_group(args: dict[str, Any] | None, dist_info: dict[str, Any]) -> tup
 def role(s: Slice, op: str | None = None) -> str:
     """The region role (traceio.records.Role values) a slice is recorded with."""
     if is_collective_kernel(s):
-        return _ROLE_OF_OP.get(op or "", "coll_all2all" if op else "coll_other")
+        return collective_role(op)
     if is_kernel(s):
         return "kernel"
     if is_memory(s):

@@ -20,7 +20,10 @@ so. How the events become rows (the rules are in :mod:`traceio.kineto`):
 - collectives: every NCCL/RCCL kernel, with its operation (NULL when neither the args nor the
   kernel name say), bytes (NULL without ``In/Out msg nelems`` and a known ``dtype``) and its
   process group as the communicator (a group of all ranks when the kernel names none), so
-  they match across ranks by communicator and sequence like any other collective;
+  they match across ranks by communicator and sequence like any other collective; and every
+  gloo work item on a CPU thread (``gloo:all_reduce``, ...), with the bytes of its input
+  tensors (NULL unless the profiler recorded shapes) in a communicator of its own, gloo's
+  group of all ranks (its events name no process group);
 - extra tables: ``chrome_events`` (cat, args), ``chrome_tracks`` (pid, tid),
   ``chrome_files`` (header and every non-slice event, verbatim) and ``correlations``.
 
@@ -58,6 +61,7 @@ from traceio.chrome import ChromeTrace, ChromeTraceError
 PEEK_BYTES = 1 << 20
 NO_VALUE = -1  # bytes or root unknown, in the raw collective columns (NULL in the tables)
 DEFAULT_GROUP = "default (all ranks)"
+GLOO_GROUP = "gloo: default (all ranks)"  # a sequence of its own beside NCCL's default group
 
 
 # the extra tables' columns (analyze/schema.py), in their order; text columns as objects
@@ -207,11 +211,12 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
             for pos, i in enumerate(track.slices):
                 s = t.slices[i]
                 is_coll = device and kineto.is_collective_kernel(s)
+                gloo = track.kind == kineto.CPU_THREAD and kineto.is_gloo_collective(s)
                 args, from_cpu = kineto.collective_args(s, comms_args) if is_coll else (s.args, False)
                 counts["collective_kernels_with_args_of_record_param_comms"] += from_cpu
-                op = kineto.collective_op(s, args) if is_coll else None
+                op = kineto.collective_op(s, args) if is_coll or gloo else None
                 name = kineto.region_name(s.name)
-                key = (name, kineto.role(s, op))
+                key = (name, kineto.collective_role(op) if gloo else kineto.role(s, op))
                 rid = regions.get(key)
                 if rid is None:
                     rid = regions[key] = len(defs.regions)
@@ -221,17 +226,19 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                 extra = s.extra if name == s.name else {**(s.extra or {}), "name": s.name}  # as written
                 ev.append((loc, pos, s.cat, _json(s.args), _json(extra),
                            own[pos] - off if own[pos] < s.end_ns else None))
-                if is_coll:
-                    group = kineto.process_group(args, info)
+                if is_coll or gloo:
+                    group = None if gloo else kineto.process_group(args, info)
                     if group is None:
-                        counts["collective_kernels_in_default_group"] += 1
-                        group = (DEFAULT_GROUP, default)
+                        counts["gloo_collectives" if gloo else "collective_kernels_in_default_group"] += 1
+                        group = (GLOO_GROUP if gloo else DEFAULT_GROUP, default)
                     gkey = (group[0], tuple(group[1]))
                     if gkey not in comms:
                         comms[gkey] = len(defs.comms)
                         defs.comms.append(CommDef(comm_id=comms[gkey], name=gkey[0], members=list(gkey[1])))
-                    coll.append(_collective(s, args, op, loc, rank, pos, comms[gkey], off, counts) + (
-                        rid, s.start_ns - off, s.end_ns - off))  # the kernel is its own instance
+                    sent, recv = kineto.gloo_payload(s) if gloo else kineto.payload(args)
+                    coll.append(_collective(s, args, op, sent, recv, loc, rank, pos, comms[gkey], off, counts,
+                                            "gloo_collectives" if gloo else "collective_kernels")
+                                + (rid, s.start_ns - off, s.end_ns - off))  # the slice is its own instance
         device_slices = [i for tr in lay.tracks if tr.kind == kineto.ACCELERATOR_STREAM for i in tr.slices]
         cpu = [i for tr in lay.tracks if tr.kind != kineto.ACCELERATOR_STREAM for i in tr.slices]
         pairs, missing = kineto.correlations(t, device_slices, cpu)
@@ -279,16 +286,17 @@ def _exclusive(t: ChromeTrace, track: kineto.Track) -> tuple[list[int], list[int
     return out, own
 
 
-def _collective(s: chrome.Slice, args: dict[str, Any] | None, op: str | None, loc: int, rank: int, pos: int,
-                comm: int, off: int, counts: Counter[str]) -> tuple:
-    sent, recv = kineto.payload(args)
+def _collective(s: chrome.Slice, args: dict[str, Any] | None, op: str | None, sent: int | None, recv: int | None,
+                loc: int, rank: int, pos: int, comm: int, off: int, counts: Counter[str], what: str) -> tuple:
+    """A raw collective row; ``what`` names the kind of slice in the build_info counts
+    (``<what>_without_bytes``: for gloo, a profiler run without ``record_shapes``)."""
     if sent is None:
-        counts["collective_kernels_without_bytes"] += 1
-        dtype = (args or {}).get("dtype")
-        if dtype is not None and dtype not in kineto.DTYPE_BYTES:
-            counts[f"unknown_dtype:{dtype}"] += 1
+        counts[f"{what}_without_bytes"] += 1
+        for dtype in [(args or {}).get("dtype"), *((args or {}).get("Input type") or [])]:
+            if isinstance(dtype, str) and dtype not in kineto.DTYPE_BYTES and dtype not in kineto.TYPE_META_BYTES:
+                counts[f"unknown_dtype:{dtype}"] += 1
     if op is None:
-        counts["collective_kernels_without_op"] += 1
+        counts[f"{what}_without_op"] += 1
     code = getattr(CollectiveOp, op.upper()).value if op else NO_VALUE
     return (loc, rank, pos, s.start_ns - off, s.end_ns - off, code, comm,
             NO_VALUE, NO_VALUE if sent is None else sent, NO_VALUE if recv is None else recv)

@@ -4,6 +4,7 @@ real fixtures of tests/fixtures/kineto with exact counts."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -193,6 +194,54 @@ def test_collective_operation_from_kernel_names_of_every_nccl_generation(kernel:
 
     s = Slice(0, 7, kernel, "Kernel", 0, 1)  # (early Kineto wrote "Kernel")
     assert is_collective_kernel(s) and collective_op(s) == op
+
+
+@pytest.mark.parametrize(("title", "dims", "types", "expected"), [
+    ("gloo:all_reduce", [[136714]], ["float"], (546856, 546856)),  # a DDP bucket
+    ("gloo:broadcast", [[2, 3]], ["long int"], (48, 48)),
+    ("gloo:all_reduce", [[4], [2]], ["c10::Half", "double"], (24, 24)),  # two tensors
+    ("gloo:all_gather", [[10]], ["c10::BFloat16"], (20, None)),  # out: the group's, not in the event
+    ("gloo:barrier", [], [], (0, 0)),
+    ("gloo:all_reduce", None, None, (None, None)),  # recorded without record_shapes
+    ("gloo:all_reduce", [[3]], ["c10::SomeNewType"], (None, None)),
+    ("gloo:all_reduce", [[3]], ["float", "float"], (None, None)),  # dims and types disagree
+])
+def test_gloo_collective_bytes_from_recorded_shapes(title: str, dims: list | None, types: list | None,
+                                                    expected: tuple[int | None, int | None]) -> None:
+    from traceio.chrome import Slice
+    from traceio.kineto import collective_op, gloo_payload, is_gloo_collective
+
+    args = {} if dims is None else {"Input Dims": dims, "Input type": types}
+    s = Slice(0, 7, title, "user_annotation", 0, 1, args=args)
+    assert is_gloo_collective(s) and collective_op(s) is not None and gloo_payload(s) == expected
+
+
+def test_gloo_point_to_point_and_other_names_are_not_collectives() -> None:
+    from traceio.chrome import Slice
+    from traceio.kineto import is_gloo_collective
+
+    for name in ("gloo:send", "gloo:recv", "gloo::allreduce", "c10d::allreduce_", "gloo:all_reduce_x"):
+        assert not is_gloo_collective(Slice(0, 7, name, "user_annotation", 0, 1)), name
+
+
+@pytest.mark.filterwarnings("ignore:ComplexHalf support is experimental")
+def test_element_type_names_are_those_torch_profiler_records() -> None:
+    """Every dtype's ``Input type`` as torch.profiler writes it (record_shapes), and its size."""
+    import torch
+
+    from traceio.kineto import TYPE_META_BYTES
+
+    dtypes = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32, torch.int64, torch.int16,
+              torch.int8, torch.uint8, torch.bool, torch.complex64, torch.complex128, torch.complex32,
+              torch.float8_e4m3fn, torch.float8_e5m2, torch.uint16, torch.uint32, torch.uint64]
+    recorded = {}
+    for dtype in dtypes:
+        t = torch.zeros(2, dtype=dtype)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as prof:
+            torch.ops.aten.clone(t)
+        (event,) = [e for e in prof.events() if e.name == "aten::clone"]
+        recorded[event.input_dtypes[0]] = t.element_size()
+    assert {name: TYPE_META_BYTES.get(name) for name in recorded} == recorded
 
 
 def test_kernel_without_args_takes_those_of_its_record_param_comms_op(tmp_path: Path) -> None:
@@ -632,18 +681,27 @@ def test_a_real_cpu_gloo_ddp_trace_shows_the_straggler(kineto_db: Callable[[str]
 
 @pytest.mark.slow
 def test_a_fresh_torch_profiler_run_on_gloo_shows_its_straggler(tmp_path: Path) -> None:
-    """The fixture's script, run now with this machine's torch: rank 1 sleeps 40 ms a step."""
+    """The fixture's script, run now with this machine's torch: rank 1 sleeps 40 ms a step, and
+    the profiler records shapes, so gloo's collectives have their bytes."""
     import subprocess
     import sys
 
+    import torch
+
     script = KINETO_FIXTURES / "torch_gloo_ddp_cpu" / "make_trace.py"
-    subprocess.run([sys.executable, str(script), str(tmp_path / "run"), "--straggle-ms", "40"],
+    subprocess.run([sys.executable, str(script), str(tmp_path / "run"), "--straggle-ms", "40", "--record-shapes"],
                    check=True, capture_output=True, timeout=300)
     con = analyze.open(tmp_path / "run", db=tmp_path / "t.duckdb")
     assert con.execute("SELECT count(DISTINCT rank), count(*) FROM steps").fetchall() == [(2, 6)]
     per_rank = dict(con.execute("""SELECT rank, count(*) FROM collectives WHERE op = 'allreduce'
                                    GROUP BY rank""").fetchall())
     assert per_rank == {0: 6, 1: 6}  # DDP's bucket and the metric in each of 3 steps
+    # DDP's one bucket holds every parameter of the script's MLP (float32), the metric one float
+    mlp = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+    bucket = 4 * sum(p.numel() for p in mlp.parameters())
+    sizes = con.execute("""SELECT rank, bytes_sent, bytes_recv, count(*) FROM collectives WHERE op = 'allreduce'
+                           GROUP BY ALL ORDER BY ALL""").fetchall()
+    assert sizes == [(0, 4, 4, 3), (0, bucket, bucket, 3), (1, 4, 4, 3), (1, bucket, bucket, 3)], sizes
     idle = dict(con.execute("""SELECT rank, coalesce(sum(duration_ns) FILTER (WHERE phase = 'idle'), 0) / 3e6
                                FROM phases GROUP BY rank""").fetchall())
     assert idle[0] > 25 and idle[1] < 0.25 * idle[0], idle  # ms per step
@@ -674,6 +732,12 @@ def test_htas_cpu_only_trace_shows_its_gloo_allreduces(kineto_db: Callable[[str]
     con = kineto_db("hta_cpu_only")
     assert con.execute("SELECT count(*), count(DISTINCT location_id), bool_and(op = 'allreduce'), max(wait_ns) "
                        "FROM collectives").fetchone() == (10, 2, True, 0)
+    # the trace recorded shapes: each allreduce moves its float tensor's bytes, in start order
+    sizes = [4 * math.prod(e["args"]["Input Dims"][0]) for e in sorted(xs, key=lambda e: e["ts"])
+             if e["name"] == "gloo:all_reduce" and e["args"]["Input type"] == ["float"]]
+    assert len(sizes) == 10 and len(set(sizes)) == 2
+    assert con.execute("SELECT bytes_sent, bytes_recv FROM collectives ORDER BY seq").fetchall() == [
+        (n, n) for n in sizes]
     got = dict(con.execute("SELECT phase, duration_ns FROM phases WHERE duration_ns > 0").fetchall())
     assert set(got) == {"allreduce", "compute"}
     assert abs(got["allreduce"] - union) <= 10 and abs(sum(got.values()) - (hi - lo)) <= 2, (got, union, hi - lo)

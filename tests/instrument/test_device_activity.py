@@ -201,7 +201,8 @@ def test_cpu_only_run_is_aligned_with_our_own_markers(cpu_run: Run) -> None:
 def test_the_profilers_copy_of_the_host_adds_no_collectives(cpu_run: Run) -> None:
     """The torch.profiler timelines hold gloo's and c10d's events (gloo:all_reduce on its worker
     threads) that our hooks record already: the run's collectives are our hooks' alone, while
-    the kept Kineto files, read as a run of their own, match gloo's collectives by name."""
+    the kept Kineto files, read as a run of their own, hold gloo's collectives (its work items,
+    in gloo's group of all ranks)."""
     con = analyze.open(cpu_run.run_dir)
     names = {n for (n,) in con.execute("""SELECT DISTINCT r.name FROM intervals i JOIN regions r USING (region_id)
                                           JOIN locations l USING (location_id) WHERE l.kind = 'timeline'""").fetchall()}
@@ -211,7 +212,7 @@ def test_the_profilers_copy_of_the_host_adds_no_collectives(cpu_run: Run) -> Non
     assert con.execute("SELECT count(*) FROM communicators WHERE name LIKE 'name-only:%'").fetchone() == (0,)
     device = analyze.open(cpu_run.run_dir / "device")
     per_rank = device.execute("""SELECT rank, count(*) FROM collectives c JOIN communicators m USING (comm_id)
-                                 WHERE m.name = 'name-only: PyTorch gloo' AND c.op = 'allreduce'
+                                 WHERE m.name = 'gloo: default (all ranks)' AND c.op = 'allreduce'
                                  GROUP BY rank ORDER BY rank""").fetchall()
     assert len(per_rank) == 2 and per_rank[0][1] == per_rank[1][1] > 0, per_rank
 
