@@ -14,8 +14,9 @@ from traceio.records import Device
 
 # 2: metrics and energy tables; 3: the device, Kineto and cause tables; 4: tables stored as
 # Parquet under RUN/tables, views in the database (older databases are rebuilt); 6:
-# regions.pattern_blocking, and torch.profiler's gloo and c10d names classified
-SCHEMA_VERSION = 6
+# regions.pattern_blocking, and torch.profiler's gloo and c10d names classified; 7: gloo's
+# work items in Kineto traces are collectives with their bytes (communicator "gloo: ...")
+SCHEMA_VERSION = 7
 
 
 class Phase(StrEnum):

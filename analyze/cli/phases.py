@@ -52,8 +52,13 @@ def read(con: Any, all_ranks: bool = True) -> tuple[Any, ...]:
     horovod = background.summary(con) if background.available(con) else None
     energy = power.per_rank(con) if power.available(con) else None
     device = device_phases.summary(con, per)
-    ranks_from = con.execute("SELECT value FROM build_info WHERE key = 'ranks_from'").fetchone()
-    return table, source, horovod, energy, device, ranks_from, (ranks, per)
+    notes = dict(con.execute(f"SELECT key, value FROM build_info WHERE key IN {PRINTED_NOTES}").fetchall())
+    return table, source, horovod, energy, device, notes, (ranks, per)
+
+
+# what the build noted that the summary says: how ranks were numbered (Kineto files), gloo
+# collectives imported without their bytes
+PRINTED_NOTES = ("ranks_from", "gloo_collectives_without_bytes")
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -76,12 +81,12 @@ def run(ns: argparse.Namespace) -> int:
         # every rank but one becomes the cluster here, before anything else happens
         ready = engine()
         try:
-            paths, (table, source, horovod, energy, device, ranks_from, (ranks, per_group)) = database.built(
+            paths, (table, source, horovod, energy, device, notes, (ranks, per_group)) = database.built(
                 ns.run, reader, engine=ready, **options)
         finally:
             ready.close()
     else:  # made only if the tables need building
-        paths, (table, source, horovod, energy, device, ranks_from, (ranks, per_group)) = database.built(
+        paths, (table, source, horovod, energy, device, notes, (ranks, per_group)) = database.built(
             ns.run, reader, engine=engine, **options)
     if energy is not None and len(energy):  # the trace has power: energy columns too
         if per_group == 1:
@@ -105,8 +110,11 @@ def run(ns: argparse.Namespace) -> int:
         print(device.to_string(index=False, na_rep="0.0"))
         print("host_wait%: the main thread in a wait (cudaStreamSynchronize and the like); the hosts' phases above "
               "count a wait for the device as compute")
-    if ranks_from and ranks_from[0].startswith("file order"):
-        print(f"ranks: {ranks_from[0]}")
+    if notes.get("ranks_from", "").startswith("file order"):
+        print(f"ranks: {notes['ranks_from']}")
+    if "gloo_collectives_without_bytes" in notes:
+        print(f"bytes: {notes['gloo_collectives_without_bytes']} gloo collectives have none: torch.profiler "
+              "recorded no shapes (profile with record_shapes=True to get them)")
     if horovod is not None and not horovod.empty:
         print("\nHorovod's background thread (its timeline; overlapping activities, see docs/horovod.md):")
         print(horovod.to_string(index=False, na_rep="-"))

@@ -679,6 +679,22 @@ def test_a_real_cpu_gloo_ddp_trace_shows_the_straggler(kineto_db: Callable[[str]
     assert all((idle or 0) < 1 for rank, _, idle in per_step if rank == 1), per_step
 
 
+def test_analyze_phases_says_how_to_get_gloos_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The fixture was recorded without shapes: its 16 gloo collectives have no bytes, and the
+    summary says so once, with the profiler option that records them."""
+    import shutil
+
+    from analyze.cli import main
+
+    shutil.copytree(KINETO_FIXTURES / "torch_gloo_ddp_cpu", tmp_path / "run", ignore=shutil.ignore_patterns("*.py"))
+    assert main(["phases", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert out.count("bytes: 16 gloo collectives have none") == 1 and "record_shapes=True" in out
+    gloo_ranks(tmp_path / "literal")  # no gloo event there has args at all: the same
+    assert main(["phases", str(tmp_path / "literal")]) == 0
+    assert "bytes: 2 gloo collectives have none" in capsys.readouterr().out
+
+
 @pytest.mark.slow
 def test_a_fresh_torch_profiler_run_on_gloo_shows_its_straggler(tmp_path: Path) -> None:
     """The fixture's script, run now with this machine's torch: rank 1 sleeps 40 ms a step, and
@@ -702,6 +718,8 @@ def test_a_fresh_torch_profiler_run_on_gloo_shows_its_straggler(tmp_path: Path) 
     sizes = con.execute("""SELECT rank, bytes_sent, bytes_recv, count(*) FROM collectives WHERE op = 'allreduce'
                            GROUP BY ALL ORDER BY ALL""").fetchall()
     assert sizes == [(0, 4, 4, 3), (0, bucket, bucket, 3), (1, 4, 4, 3), (1, bucket, bucket, 3)], sizes
+    notes = dict(con.execute("SELECT key, value FROM build_info").fetchall())
+    assert "gloo_collectives_without_bytes" not in notes and notes["gloo_collectives"] == "16", notes
     idle = dict(con.execute("""SELECT rank, coalesce(sum(duration_ns) FILTER (WHERE phase = 'idle'), 0) / 3e6
                                FROM phases GROUP BY rank""").fetchall())
     assert idle[0] > 25 and idle[1] < 0.25 * idle[0], idle  # ms per step
