@@ -231,6 +231,11 @@ MAX_POINTS = 2000  # points of each op in the waits figure (the boxes use every 
 MAX_BOXES = 8  # boxes of each op side by side before consecutive ranks share one
 
 
+def _from_zero(limits: tuple[float, float]) -> tuple[float, float]:
+    """A panel's y limits from 0, and at least 1 (ms) high when everything in it is 0."""
+    return 0.0, limits[1] if limits[1] > 0 else 1.0
+
+
 def _boxes(waits: pd.DataFrame) -> pd.DataFrame:
     """op, rank, n, lower, middle, upper (quartiles), ymin, ymax (Tukey's whiskers: the most
     extreme waits within 1.5 IQR of the box) of each op's and rank's waits (in SQL for the
@@ -292,6 +297,9 @@ def collective_waits(waits: pd.DataFrame, stragglers: pd.DataFrame, label: RunLa
         # seeded, so the same run draws the same figure (plotnine takes a seed of 0 for none)
         + geom_jitter(aes(color="who"), width=0.18, height=0, random_state=1, size=1.2, alpha=0.8)
         + facet_wrap("op", scales="free", ncol=min(2, ops))
+        # waits are never negative: an op nobody waited in (a broadcast, whose root is unknown)
+        # has its zeros at the bottom, not in the middle of an axis from -0.5 to 0.5
+        + scale_y_continuous(limits=_from_zero)
         + scale_color_manual(values={"arrived last": PHASE_COLORS["idle"], "waited": PHASE_COLORS["compute"]})
         + labs(title=label.title(),
                subtitle="wait for the last rank, per instance; under x: times last, of the instances" + sampled

@@ -144,6 +144,18 @@ def test_collective_waits_marks_the_straggler() -> None:
     assert list(axis) == ["rank 0\nlast 1/3", "rank 1\nlast 2/3"]
 
 
+def test_collective_waits_axes_start_at_zero_even_when_nobody_waited() -> None:
+    """A broadcast's waits are all 0 (its root is unknown in a torch.profiler trace): its panel
+    runs from 0 up, not from -0.5 to 0.5 around its points."""
+    waits = pd.DataFrame({"op": ["allreduce"] * 4 + ["bcast"] * 4, "rank": [0, 1] * 4, "comm_id": 0,
+                          "seq": [0, 0, 1, 1, 0, 0, 1, 1], "wait_ms": [5.0, 0.0, 7.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                          "arrived_last": [False, True] * 4})
+    plot = drawn(figures.collective_waits(waits, views.stragglers(waits), LABEL))
+    (lo_a, hi_a), (lo_b, hi_b) = (p.y.range for p in plot.layout.panel_params)
+    assert -0.5 < lo_a <= 0 and hi_a >= 7  # (the scale's expansion below 0: a few percent)
+    assert -0.1 < lo_b <= 0 and hi_b >= 1
+
+
 def test_collective_waits_jitters_the_same_way_each_time() -> None:
     """The points are spread sideways at random, from a fixed seed: the same run draws the
     same figure (two reports of one run gave different waits pages before)."""
