@@ -57,8 +57,8 @@ def read(con: Any, all_ranks: bool = True) -> tuple[Any, ...]:
 
 
 # what the build noted that the summary says: how ranks were numbered (Kineto files), gloo
-# collectives imported without their bytes
-PRINTED_NOTES = ("ranks_from", "gloo_collectives_without_bytes")
+# collectives imported without the shapes their bytes come from
+PRINTED_NOTES = ("ranks_from", "gloo_collectives_without_shapes")
 
 
 def run(ns: argparse.Namespace) -> int:
@@ -112,8 +112,8 @@ def run(ns: argparse.Namespace) -> int:
               "count a wait for the device as compute")
     if notes.get("ranks_from", "").startswith("file order"):
         print(f"ranks: {notes['ranks_from']}")
-    if "gloo_collectives_without_bytes" in notes:
-        print(f"bytes: {notes['gloo_collectives_without_bytes']} gloo collectives have none: torch.profiler "
+    if "gloo_collectives_without_shapes" in notes:
+        print(f"bytes: {notes['gloo_collectives_without_shapes']} gloo collectives have none: torch.profiler "
               "recorded no shapes (profile with record_shapes=True to get them)")
     if horovod is not None and not horovod.empty:
         print("\nHorovod's background thread (its timeline; overlapping activities, see docs/horovod.md):")

@@ -236,6 +236,8 @@ def _chunks(files: list[Path], ranks: list[int], default: list[int], defs: Defin
                         comms[gkey] = len(defs.comms)
                         defs.comms.append(CommDef(comm_id=comms[gkey], name=gkey[0], members=list(gkey[1])))
                     sent, recv = kineto.gloo_payload(s) if gloo else kineto.payload(args)
+                    # (a profile without record_shapes; any other reason is counted in _collective)
+                    counts["gloo_collectives_without_shapes"] += gloo and "Input Dims" not in (s.args or {})
                     coll.append(_collective(s, args, op, sent, recv, loc, rank, pos, comms[gkey], off, counts,
                                             "gloo_collectives" if gloo else "collective_kernels")
                                 + (rid, s.start_ns - off, s.end_ns - off))  # the slice is its own instance
@@ -292,7 +294,8 @@ def _collective(s: chrome.Slice, args: dict[str, Any] | None, op: str | None, se
     (``<what>_without_bytes``: for gloo, a profiler run without ``record_shapes``)."""
     if sent is None:
         counts[f"{what}_without_bytes"] += 1
-        for dtype in [(args or {}).get("dtype"), *((args or {}).get("Input type") or [])]:
+        types = (args or {}).get("Input type")  # a gloo work item's, with recorded shapes
+        for dtype in [(args or {}).get("dtype"), *(types if isinstance(types, list) else [])]:
             if isinstance(dtype, str) and dtype not in kineto.DTYPE_BYTES and dtype not in kineto.TYPE_META_BYTES:
                 counts[f"unknown_dtype:{dtype}"] += 1
     if op is None:

@@ -589,14 +589,14 @@ def test_groups_of_ranks_sum_their_ranks_time(kineto_db: Callable[[str], duckdb.
 GLOO_THREAD = 77
 
 
-def gloo_ranks(directory: Path) -> Path:
+def gloo_ranks(directory: Path, **gloo_args: object) -> Path:
     """One DDP step of 100 us per rank on the CPU. Rank 0: forward [0, 20), backward [20, 40)
     with DDP's ``c10d::allreduce_`` call [35, 38) in it (it only enqueues), gloo's worker thread
     runs the allreduce [38, 90) while the main thread, after backward, waits outside any op;
     optimizer [90, 100). Rank 1 is slow before backward: forward [0, 20), nothing recorded
     [20, 60), backward [60, 75) with its call [72, 74) and gloo's allreduce [74, 90)."""
     bwd = "autograd::engine::evaluate_function: AddmmBackward0"
-    gloo = dict(cat="user_annotation", tid=GLOO_THREAD)
+    gloo = dict(cat="user_annotation", tid=GLOO_THREAD, **gloo_args)
     common = [step(1, 0, 100), cpu("DistributedDataParallel.forward", 0, 20, cat="user_annotation"),
               cpu("Optimizer.step#SGD.step", 90, 100, cat="user_annotation")]
     write_rank(directory, 0, [*common, cpu(bwd, 20, 40), cpu("c10d::allreduce_", 35, 38),
@@ -693,6 +693,14 @@ def test_analyze_phases_says_how_to_get_gloos_bytes(tmp_path: Path, capsys: pyte
     gloo_ranks(tmp_path / "literal")  # no gloo event there has args at all: the same
     assert main(["phases", str(tmp_path / "literal")]) == 0
     assert "bytes: 2 gloo collectives have none" in capsys.readouterr().out
+    # shapes recorded, with an element type we do not know: build_info names it, no hint
+    shapes = {"Input Dims": [[3]], "Input type": ["c10::SomeNewType"]}
+    gloo_ranks(tmp_path / "typed", **shapes)
+    assert main(["phases", str(tmp_path / "typed")]) == 0
+    assert "bytes:" not in capsys.readouterr().out
+    con = analyze.open(tmp_path / "typed")
+    notes = dict(con.execute("SELECT key, value FROM build_info").fetchall())
+    assert notes["unknown_dtype:c10::SomeNewType"] == notes["gloo_collectives_without_bytes"] == "2"
 
 
 @pytest.mark.slow
@@ -720,6 +728,7 @@ def test_a_fresh_torch_profiler_run_on_gloo_shows_its_straggler(tmp_path: Path) 
     assert sizes == [(0, 4, 4, 3), (0, bucket, bucket, 3), (1, 4, 4, 3), (1, bucket, bucket, 3)], sizes
     notes = dict(con.execute("SELECT key, value FROM build_info").fetchall())
     assert "gloo_collectives_without_bytes" not in notes and notes["gloo_collectives"] == "16", notes
+    assert "gloo_collectives_without_shapes" not in notes
     idle = dict(con.execute("""SELECT rank, coalesce(sum(duration_ns) FILTER (WHERE phase = 'idle'), 0) / 3e6
                                FROM phases GROUP BY rank""").fetchall())
     assert idle[0] > 25 and idle[1] < 0.25 * idle[0], idle  # ms per step
