@@ -38,6 +38,7 @@ themselves (tests/fixtures/kineto/README.md has real examples):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -136,10 +137,15 @@ def is_collective_kernel(s: Slice) -> bool:
     return is_kernel(s) and s.name[:4].lower() in ("nccl", "rccl")
 
 
+def _gloo_op(name: str) -> str | None:
+    """OTF2's name of the collective a gloo profiling title names (None: not one)."""
+    return GLOO_OPS.get(name[len(GLOO_PREFIX):]) if name.startswith(GLOO_PREFIX) else None
+
+
 def is_gloo_collective(s: Slice) -> bool:
     """A gloo collective's work item on the CPU thread that runs it (not on the device, not
     point-to-point)."""
-    return s.name.startswith(GLOO_PREFIX) and s.name[len(GLOO_PREFIX):] in GLOO_OPS and not is_device(s)
+    return _gloo_op(s.name) is not None and not is_device(s)
 
 
 def gloo_payload(s: Slice) -> tuple[int | None, int | None]:
@@ -155,11 +161,8 @@ def gloo_payload(s: Slice) -> tuple[int | None, int | None]:
         size = TYPE_META_BYTES.get(kind) if isinstance(kind, str) else None
         if size is None or not isinstance(shape, list) or not all(_int(d) is not None and d >= 0 for d in shape):
             return None, None
-        n = 1
-        for d in shape:
-            n *= d
-        total += n * size
-    return total, total if GLOO_OPS[s.name[len(GLOO_PREFIX):]] in _SAME_OUT else None
+        total += math.prod(shape) * size
+    return total, total if _gloo_op(s.name) in _SAME_OUT else None
 
 
 def collective_role(op: str | None) -> str:
@@ -172,7 +175,7 @@ def collective_op(s: Slice, args: dict[str, Any] | None = None) -> str | None:
     if unknown; from ``args`` (default the kernel's own, see :func:`collective_args`), else its
     name."""
     if s.name.startswith(GLOO_PREFIX):
-        return GLOO_OPS.get(s.name[len(GLOO_PREFIX):])
+        return _gloo_op(s.name)
     name = ((s.args if args is None else args) or {}).get("Collective name")
     if isinstance(name, str):
         op = _OPS.get(re.sub(r"[^a-z]", "", name.lower()))

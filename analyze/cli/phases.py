@@ -52,7 +52,8 @@ def read(con: Any, all_ranks: bool = True) -> tuple[Any, ...]:
     horovod = background.summary(con) if background.available(con) else None
     energy = power.per_rank(con) if power.available(con) else None
     device = device_phases.summary(con, per)
-    notes = dict(con.execute(f"SELECT key, value FROM build_info WHERE key IN {PRINTED_NOTES}").fetchall())
+    notes = dict(con.execute("SELECT key, value FROM build_info WHERE list_contains(?, key)",
+                             [list(PRINTED_NOTES)]).fetchall())
     return table, source, horovod, energy, device, notes, (ranks, per)
 
 
